@@ -1,0 +1,240 @@
+// The broker core's entry points, connection lifecycle and frame dispatch. Every on_* call posts
+// to the core strand; see core.h for the state it owns.
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <chrono>
+
+#include "core.h"
+#include "escrow/storage/coding.h"
+#include "escrow/storage/store.h"
+
+namespace escrow::broker {
+
+namespace asio = boost::asio;
+
+std::uint64_t now_ms() {
+  using namespace std::chrono;
+  return static_cast<std::uint64_t>(duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count());
+}
+
+namespace {
+constexpr std::string_view kServerName = "escrow/0.1.0";
+}
+
+broker::impl::impl(asio::io_context& io, storage::store& s, const broker_config& c) : store(s), config(c) {
+  post = [strand = asio::make_strand(io)](std::function<void()> fn) { asio::post(strand, std::move(fn)); };
+}
+
+void broker::impl::submit(storage::batch b, std::function<void(const storage::status&)> done) {
+  store.submit(std::move(b), [this, done = std::move(done)](storage::status s) mutable {
+    post([this, done = std::move(done), s = std::move(s)] {
+      done(s);
+      flush();
+    });
+  });
+}
+
+void broker::impl::flush() {
+  for (auto& c : dirty) {
+    if (!c->outbox.empty() && !c->output_closed) c->out->send(std::move(c->outbox));
+    c->outbox.clear();
+  }
+  dirty.clear();
+}
+
+void broker::impl::write(connection& c, const frame& f) {
+  if (c.output_closed) return;
+  if (c.outbox.empty()) {
+    auto it = connections.find(c.id);
+    if (it != connections.end()) dirty.push_back(it->second);
+  }
+  encode_to(c.outbox, f, c.info.version);
+}
+
+void broker::impl::receipt(connection& c, const frame& request) {
+  const std::string* id = request.find("receipt");
+  if (!id) return;
+  frame r{"RECEIPT", {{"receipt-id", *id}}, {}};
+  write(c, r);
+}
+
+void broker::impl::receipt_after(const connection_ptr& c, const frame& request, storage::batch b) {
+  if (b.empty()) {
+    receipt(*c, request);
+    return;
+  }
+  const std::string* id = request.find("receipt");
+  std::optional<std::string> receipt_id = id ? std::optional<std::string>(*id) : std::nullopt;
+  std::string command = request.command;
+  submit(std::move(b), [this, c, receipt_id, command](const storage::status& s) {
+    if (!s.ok()) {
+      frame dummy{command, {}, {}};
+      if (receipt_id) dummy.add("receipt", *receipt_id);
+      error(*c, command + " could not be stored: " + s.message(), &dummy);
+      return;
+    }
+    if (receipt_id) write(*c, frame{"RECEIPT", {{"receipt-id", *receipt_id}}, {}});
+  });
+}
+
+void broker::impl::error(connection& c, const std::string& problem, const frame* request, const std::string& detail) {
+  if (c.output_closed) return;
+  frame e{"ERROR", {{"message", problem}}, {}};
+  if (request) {
+    if (const std::string* r = request->find("receipt")) e.add("receipt-id", *r);
+  }
+  e.body = detail.empty() ? problem + "\n" : detail;
+  e.add("content-type", "text/plain");
+  e.add("content-length", std::to_string(e.body.size()));
+  std::string bytes = std::move(c.outbox);
+  c.outbox.clear();
+  encode_to(bytes, e, c.info.version);
+  c.input_closed = c.output_closed = true;
+  spdlog::info("connection {}: ERROR {}", c.id, problem);
+  c.out->send_and_close(std::move(bytes));
+}
+
+storage::status broker::open() {
+  auto& m = *impl_;
+  std::string value;
+  if (storage::status s = m.store.get(storage::table::meta, storage::kNextMessageIdKey, value); s.ok()) {
+    std::string_view v = value;
+    std::uint64_t next = 0;
+    if (storage::get_u64(v, next)) m.next_message_id = std::max(m.next_message_id, next);
+  }
+  std::string last;
+  if (m.store.last_key(storage::table::messages, last).ok()) {
+    std::uint64_t id = 0;
+    if (storage::parse_message_key(last, id)) m.next_message_id = std::max(m.next_message_id, id + 1);
+  }
+  std::size_t loaded = 0;
+  storage::status s = m.store.scan(storage::table::queues, {}, {}, [&](std::string_view k, std::string_view v) {
+    storage::queue_record r;
+    if (!storage::queue_record::decode(v, r)) {
+      spdlog::error("queues table: cannot decode the record of '{}'; skipped", k);
+      return true;
+    }
+    bool is_sub = r.type == storage::queue_record::kind::durable_subscription;
+    std::string name(k);
+    std::string display = name.substr(2);
+    if (is_sub) {
+      auto nul = display.find('\0');
+      if (nul != std::string::npos) display[nul] = '.';
+    }
+    auto q = std::make_shared<queue>(r.id, display, is_sub ? queue::kind::durable_subscription : queue::kind::queue,
+                                     r.topic, &m.store, m.config.queue_memory_window);
+    q->start_unloaded();
+    q->storage_key = name;
+    q->record_stored = true;
+    m.queues.emplace(name, q);
+    if (is_sub) m.topics[r.topic].subscriptions.push_back(q);
+    m.next_queue_id = std::max(m.next_queue_id, r.id + 1);
+    ++loaded;
+    return true;
+  });
+  if (!s.ok()) return s;
+  spdlog::info("store open: {} queues and durable subscriptions, next message id {}", loaded, m.next_message_id);
+  return {};
+}
+
+broker::broker(asio::io_context& io, storage::store& store, const broker_config& config)
+    : impl_(std::make_unique<impl>(io, store, config)) {}
+
+broker::~broker() = default;
+
+std::uint64_t broker::new_connection_id() { return impl_->next_connection_id.fetch_add(1); }
+
+void broker::on_connect(std::uint64_t id, std::shared_ptr<outbound> out, connect_info info) {
+  impl_->post([m = impl_.get(), id, out = std::move(out), info = std::move(info)]() mutable {
+    auto c = std::make_shared<connection>();
+    c->id = id;
+    c->out = std::move(out);
+    c->info = std::move(info);
+    m->connections.emplace(id, c);
+    frame connected{"CONNECTED",
+                    {{"version", std::string(to_string(c->info.version))},
+                     {"server", std::string(kServerName)},
+                     {"session", "escrow-" + std::to_string(id)},
+                     {"heart-beat", std::to_string(c->info.heartbeat_send_ms) + "," +
+                                        std::to_string(c->info.heartbeat_receive_ms)}},
+                    {}};
+    m->write(*c, connected);
+    m->flush();
+  });
+}
+
+void broker::on_frame(std::uint64_t id, frame f) {
+  impl_->post([m = impl_.get(), id, f = std::move(f)]() mutable {
+    auto it = m->connections.find(id);
+    if (it == m->connections.end() || it->second->input_closed) return;
+    connection_ptr c = it->second;
+    m->handle_frame(c, f);
+    m->flush();
+  });
+}
+
+void broker::on_closed(std::uint64_t id) {
+  impl_->post([m = impl_.get(), id] {
+    auto it = m->connections.find(id);
+    if (it == m->connections.end()) return;
+    connection_ptr c = it->second;
+    m->connections.erase(it);
+    c->input_closed = c->output_closed = true;
+    storage::batch b;
+    std::vector<queue_ptr> touched;
+    for (auto& [sid, sub] : c->subscriptions) {
+      touched.push_back(sub->source);
+      m->detach(*sub, b);
+    }
+    c->subscriptions.clear();
+    if (!b.empty()) m->submit(std::move(b), [](const storage::status&) {});
+    for (auto& q : touched) m->dispatch(q);
+    m->flush();
+  });
+}
+
+void broker::on_writable(std::uint64_t id) {
+  impl_->post([m = impl_.get(), id] {
+    auto it = m->connections.find(id);
+    if (it == m->connections.end()) return;
+    std::vector<queue_ptr> sources;
+    for (auto& [sid, sub] : it->second->subscriptions) sources.push_back(sub->source);
+    for (auto& q : sources) m->dispatch(q);
+    m->flush();
+  });
+}
+
+void broker::impl::handle_frame(const connection_ptr& c, frame& f) {
+  const std::string& cmd = f.command;
+  if (cmd == "SEND") return handle_send(c, f);
+  if (cmd == "SUBSCRIBE") return handle_subscribe(c, f);
+  if (cmd == "UNSUBSCRIBE") return handle_unsubscribe(c, f);
+  if (cmd == "ACK") return handle_ack(c, f, true);
+  if (cmd == "NACK") return handle_ack(c, f, false);
+  if (cmd == "DISCONNECT") return handle_disconnect(c, f);
+  if (cmd == "CONNECT" || cmd == "STOMP") return error(*c, "already connected: a second " + cmd + " frame", &f);
+  if (cmd == "BEGIN" || cmd == "COMMIT" || cmd == "ABORT" || cmd.rfind("XA-", 0) == 0)
+    return error(*c, cmd + ": transactions are not available in this escrowd release", &f);
+  error(*c, cmd + " is a server frame; a client may not send it", &f);
+}
+
+void broker::impl::handle_disconnect(const connection_ptr& c, const frame& f) {
+  const std::string* r = f.find("receipt");
+  std::optional<std::string> receipt_id = r ? std::optional<std::string>(*r) : std::nullopt;
+  c->input_closed = true;  // nothing after DISCONNECT is processed
+  // An empty batch completes after every batch submitted before it, and its completion runs after
+  // theirs: all earlier work is durable and its receipts are written before this one.
+  submit(storage::batch{}, [c, receipt_id](const storage::status&) {
+    if (c->output_closed) return;
+    std::string bytes = std::move(c->outbox);
+    c->outbox.clear();
+    if (receipt_id) encode_to(bytes, frame{"RECEIPT", {{"receipt-id", *receipt_id}}, {}}, c->info.version);
+    c->output_closed = true;
+    c->out->send_and_close(std::move(bytes));
+  });
+}
+
+}  // namespace escrow::broker

@@ -1,0 +1,64 @@
+// The broker core: addresses (queues and topics), subscriptions, deliveries and acknowledgements.
+// All of this state is owned by one strand (the core executor); nothing here takes a lock. The
+// network side (sessions, on Asio I/O threads) calls the on_* entry points from any thread; each
+// posts its work to the core strand. Durable changes go to the store's committer as batches, and
+// their completions come back to the core strand before anything that depends on them is visible
+// to a client (durability points 1 and 2 of DESIGN.md).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "config.h"
+#include "escrow/frame.h"
+#include "escrow/storage/status.h"
+#include "outbound.h"
+
+namespace boost::asio {
+class io_context;
+}
+namespace escrow::storage {
+class store;
+}
+
+namespace escrow::broker {
+
+// What a session learned from CONNECT and negotiated with the client.
+struct connect_info {
+  stomp_version version = stomp_version::v1_2;
+  std::string client_id;
+  std::string login;
+  std::uint64_t heartbeat_send_ms = 0;     // negotiated: server to client
+  std::uint64_t heartbeat_receive_ms = 0;  // negotiated: client to server
+};
+
+class broker {
+ public:
+  broker(boost::asio::io_context& io, storage::store& store, const broker_config& config);
+  ~broker();
+  broker(const broker&) = delete;
+  broker& operator=(const broker&) = delete;
+
+  // Loads queues and durable subscriptions from storage (not their messages: those stay in LMDB
+  // until a consumer needs them). Call once, before the first connection.
+  storage::status open();
+
+  // A fresh id for a new connection. Thread-safe.
+  std::uint64_t new_connection_id();
+
+  // The session accepted CONNECT: the core answers CONNECTED through `out`.
+  void on_connect(std::uint64_t connection_id, std::shared_ptr<outbound> out, connect_info info);
+  // A frame after CONNECT, in arrival order.
+  void on_frame(std::uint64_t connection_id, frame f);
+  // The connection is gone: its unacknowledged messages return to their queues.
+  void on_closed(std::uint64_t connection_id);
+  // The connection's socket has drained what was pending: deliveries may resume.
+  void on_writable(std::uint64_t connection_id);
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace escrow::broker

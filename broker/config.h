@@ -1,0 +1,52 @@
+// The broker's configuration: the embedded default (a broker that starts with no arguments), the
+// TOML file that overrides it, and the command-line options that override both. Every limit the
+// broker enforces is a field here; docs/configuration.md lists them with their defaults.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "escrow/frame.h"
+
+namespace escrow::broker {
+
+struct listen_address {
+  std::string host;
+  std::uint16_t port = 0;  // 0: any free port (the chosen one is logged)
+};
+
+struct broker_config {
+  std::vector<listen_address> listen{{"127.0.0.1", 61613}};
+  std::string data_dir = "./escrow-data";
+  std::string log_level = "info";
+  unsigned io_threads = 2;
+
+  // storage
+  std::uint64_t map_size = 8ull * 1024 * 1024 * 1024;
+  std::size_t max_group_batches = 1024;
+
+  // limits
+  frame_limits frames;
+  std::size_t max_pending_bytes = 4 * 1024 * 1024;  // per connection, not yet written to its socket
+  std::uint64_t connect_timeout_ms = 30000;         // a connection must send CONNECT within this
+
+  // delivery
+  std::uint32_t consumer_window = 1000;     // unacknowledged messages per subscription by default
+  std::size_t queue_memory_window = 1000;   // ready entries of a queue kept in memory
+
+  // heart-beats: what the server offers in CONNECTED ("send,receive" in ms); 0 turns one off
+  std::uint64_t heartbeat_send_ms = 1000;
+  std::uint64_t heartbeat_receive_ms = 1000;
+  std::uint64_t heartbeat_grace_ms = 1000;  // extra silence tolerated beyond the interval
+};
+
+// Parses "HOST:PORT" (IPv6 as "[::1]:61613"). Returns nullopt when malformed.
+std::optional<listen_address> parse_listen_address(const std::string& text);
+
+// Reads a TOML file over the defaults already in `config`. Returns an empty string on success,
+// otherwise an error naming the file, the line and the key.
+std::string load_config_file(const std::string& path, broker_config& config);
+
+}  // namespace escrow::broker

@@ -1,0 +1,178 @@
+// Delivery: handing ready entries to consumers round robin within their windows, the MESSAGE
+// frame, and what ACK and NACK do to what was handed out. A message is with at most one consumer
+// at a time (it leaves the queue's ready set when delivered); an acknowledgement that asked for a
+// receipt is durable before the receipt (durability point 2).
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+
+#include "core.h"
+#include "escrow/storage/schema.h"
+#include "escrow/storage/store.h"
+
+namespace escrow::broker {
+
+bool broker::impl::load_message(queue_entry& e) {
+  if (e.msg) return true;
+  std::string value;
+  storage::status s = store.get(storage::table::messages, storage::message_key(e.key.message_id), value);
+  auto m = std::make_shared<message>();
+  m->id = e.key.message_id;
+  if (!s.ok() || !storage::message_record::decode(value, m->record)) {
+    spdlog::error("queue entry for message {} has no readable message ({}); entry skipped", e.key.message_id,
+                  s.ok() ? "undecodable record" : s.message());
+    return false;
+  }
+  e.msg = std::move(m);
+  return true;
+}
+
+void broker::impl::requeue(delivery d, storage::batch& b) {
+  queue_entry& e = d.entry;
+  ++e.delivery_count;
+  if (e.stored) b.put(storage::table::entries, e.key.encode(), storage::encode_delivery_count(e.delivery_count));
+  d.source->release_hold(e.key);
+  d.source->push(std::move(e));
+}
+
+namespace {
+bool has_room(const subscription& s, std::size_t max_pending) {
+  const connection& c = *s.owner;
+  if (c.output_closed || c.out->pending_bytes() + c.outbox.size() >= max_pending) return false;
+  return s.mode == ack_mode::auto_ack || s.unacked.size() < s.window;
+}
+}  // namespace
+
+void broker::impl::dispatch(const queue_ptr& q) {
+  auto& consumers = q->consumers();
+  storage::batch auto_acks;
+  std::vector<storage::entry_key> auto_acked;
+  while (!consumers.empty()) {
+    subscription* chosen = nullptr;
+    std::size_t n = consumers.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      std::size_t index = (q->next_consumer() + i) % n;
+      if (has_room(*consumers[index], config.max_pending_bytes)) {
+        chosen = consumers[index];
+        q->next_consumer() = index + 1;
+        break;
+      }
+    }
+    if (!chosen) break;
+    std::optional<queue_entry> popped = q->pop();
+    if (!popped) break;
+    queue_entry e = std::move(*popped);
+    if (!load_message(e)) {
+      q->release_hold(e.key);
+      continue;
+    }
+
+    connection& c = *chosen->owner;
+    std::uint64_t tag = c.next_tag++;
+    const message& m = *e.msg;
+    frame f{"MESSAGE",
+            {{"subscription", chosen->id},
+             {"message-id", std::to_string(m.id)},
+             {"destination", m.record.destination}},
+            {}};
+    if (chosen->mode != ack_mode::auto_ack) f.add("ack", std::to_string(tag));
+    f.add("redelivered", e.delivery_count > 0 ? "true" : "false");
+    f.add("delivery-count", std::to_string(e.delivery_count + 1));
+    for (const auto& [name, value] : m.record.headers) f.add(name, value);
+    f.add("content-length", std::to_string(m.record.body.size()));
+    f.body = m.record.body;
+    write(c, f);
+
+    if (chosen->mode == ack_mode::auto_ack) {
+      // auto: the message counts as acknowledged once it is written to the consumer.
+      if (e.stored) {
+        auto_acks.erase(storage::table::entries, e.key.encode());
+        auto_acks.release_message(storage::message_key(e.key.message_id));
+        auto_acked.push_back(e.key);
+      } else {
+        q->release_hold(e.key);
+      }
+    } else {
+      c.tag_owner.emplace(tag, chosen);
+      chosen->unacked.emplace(tag, delivery{q, std::move(e)});
+    }
+  }
+  if (!auto_acks.empty()) {
+    submit(std::move(auto_acks), [q, keys = std::move(auto_acked)](const storage::status&) {
+      for (auto& k : keys) q->release_hold(k);
+    });
+  }
+}
+
+void broker::impl::handle_ack(const connection_ptr& c, const frame& f, bool positive) {
+  const std::string& verb = f.command;
+  subscription* sub = nullptr;
+  std::uint64_t tag = 0;
+  if (c->info.version == stomp_version::v1_2) {
+    const std::string* id = f.find("id");
+    if (!id) return error(*c, verb + " frame has no id header (required in STOMP 1.2)", &f);
+    auto [end, ec] = std::from_chars(id->data(), id->data() + id->size(), tag);
+    auto owner = c->tag_owner.end();
+    if (ec == std::errc() && end == id->data() + id->size()) owner = c->tag_owner.find(tag);
+    if (owner == c->tag_owner.end())
+      return error(*c, verb + " names id '" + *id + "', which is not an unacknowledged message of this connection", &f);
+    sub = owner->second;
+  } else {
+    // STOMP 1.0 and 1.1 name the message by message-id (and, in 1.1, the subscription).
+    const std::string* mid = f.find("message-id");
+    if (!mid) return error(*c, verb + " frame has no message-id header", &f);
+    const std::string* sid = f.find("subscription");
+    for (auto& [id, s] : c->subscriptions) {
+      if (sid && id != *sid) continue;
+      for (auto& [t, d] : s->unacked) {
+        if (std::to_string(d.entry.key.message_id) == *mid) {
+          sub = s.get();
+          tag = t;
+          break;
+        }
+      }
+      if (sub) break;
+    }
+    if (!sub) return error(*c, verb + " names message-id '" + *mid + "', which is not an unacknowledged message of this connection", &f);
+  }
+
+  // client: cumulative, every message of the subscription up to this one; client-individual: one.
+  auto first = sub->mode == ack_mode::client ? sub->unacked.begin() : sub->unacked.find(tag);
+  auto last = std::next(sub->unacked.find(tag));
+  storage::batch b;
+  std::vector<std::pair<queue_ptr, storage::entry_key>> holds;
+  for (auto it = first; it != last; ++it) {
+    c->tag_owner.erase(it->first);
+    delivery& d = it->second;
+    if (!positive) {
+      requeue(std::move(d), b);
+    } else if (d.entry.stored) {
+      b.erase(storage::table::entries, d.entry.key.encode());
+      b.release_message(storage::message_key(d.entry.key.message_id));
+      holds.emplace_back(d.source, d.entry.key);
+    } else {
+      d.source->release_hold(d.entry.key);
+    }
+  }
+  sub->unacked.erase(first, last);
+  queue_ptr source = sub->source;
+
+  if (b.empty()) {
+    receipt(*c, f);
+  } else {
+    const std::string* r = f.find("receipt");
+    std::optional<std::string> receipt_id = r ? std::optional<std::string>(*r) : std::nullopt;
+    submit(std::move(b), [this, c, receipt_id, holds = std::move(holds)](const storage::status& s) {
+      for (auto& [q, k] : holds) q->release_hold(k);
+      if (!s.ok()) {
+        frame request{"ACK", {}, {}};
+        if (receipt_id) request.add("receipt", *receipt_id);
+        return error(*c, "acknowledgement not stored: " + s.message(), &request);
+      }
+      if (receipt_id) write(*c, frame{"RECEIPT", {{"receipt-id", *receipt_id}}, {}});
+    });
+  }
+  dispatch(source);
+}
+
+}  // namespace escrow::broker

@@ -1,0 +1,91 @@
+// The in-memory window of a queue over its entries in LMDB (see queue.h for the invariants).
+#include "queue.h"
+
+#include <spdlog/spdlog.h>
+
+#include "escrow/storage/store.h"
+
+namespace escrow::broker {
+
+queue::queue(std::uint32_t id, std::string name, kind k, std::string topic, storage::store* store,
+             std::size_t memory_window)
+    : id_(id), name_(std::move(name)), kind_(k), topic_(std::move(topic)), store_(store),
+      memory_window_(memory_window == 0 ? 1 : memory_window) {}
+
+void queue::push(queue_entry entry) {
+  if (entry.stored && !in_window(entry.key)) return;  // storage has it; the cursor will reach it
+  auto [it, inserted] = ready_.emplace(entry.key, std::move(entry));
+  if (inserted && it->second.stored) {
+    ++stored_in_memory_;
+    if (stored_in_memory_ > memory_window_) evict();
+  }
+}
+
+// Drops the last stored entries from memory until the window fits, moving the bound down to the
+// smallest one dropped: everything from there on is read again from storage when needed.
+void queue::evict() {
+  auto it = ready_.end();
+  while (stored_in_memory_ > memory_window_ && it != ready_.begin()) {
+    --it;
+    if (!it->second.stored) continue;
+    bound_ = it->first;
+    --stored_in_memory_;
+    it = ready_.erase(it);
+  }
+}
+
+void queue::refill() {
+  if (!bound_ || !store_) return;
+  std::size_t want = memory_window_ > stored_in_memory_ ? memory_window_ - stored_in_memory_ : 0;
+  if (want == 0) return;
+  std::size_t taken = 0;
+  std::optional<storage::entry_key> last;
+  bool stopped_early = false;
+  std::string prefix = storage::queue_prefix(id_);
+  storage::status s = store_->scan(storage::table::entries, bound_->encode(), prefix,
+                                   [&](std::string_view k, std::string_view v) {
+    if (taken >= want) {
+      stopped_early = true;
+      return false;
+    }
+    storage::entry_key key;
+    if (!storage::entry_key::decode(k, key)) return true;
+    last = key;
+    if (held_.count(key) || ready_.count(key)) return true;
+    ready_.emplace(key, queue_entry{key, storage::decode_delivery_count(v), true, nullptr});
+    ++stored_in_memory_;
+    ++taken;
+    return true;
+  });
+  if (!s.ok()) {
+    spdlog::error("queue {}: cannot read entries from storage: {}", name_, s.message());
+    return;
+  }
+  if (!stopped_early) {
+    bound_.reset();
+  } else if (last) {
+    // The next possible key after the last one read: same queue and priority, next message id.
+    bound_ = storage::entry_key{last->queue_id, last->priority, last->message_id + 1};
+  }
+}
+
+bool queue::has_ready() {
+  if (ready_.empty() || (bound_ && stored_in_memory_ == 0)) refill();
+  return !ready_.empty();
+}
+
+std::optional<queue_entry> queue::pop() {
+  if (!has_ready()) return std::nullopt;
+  // A non-stored entry may sort after stored entries not yet loaded: load them first.
+  if (bound_ && !(ready_.begin()->first < *bound_)) {
+    refill();
+  }
+  auto it = ready_.begin();
+  queue_entry e = std::move(it->second);
+  ready_.erase(it);
+  if (e.stored) --stored_in_memory_;
+  held_.insert(e.key);
+  return e;
+}
+
+}  // namespace escrow::broker

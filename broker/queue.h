@@ -1,0 +1,106 @@
+// One queue: the ready entries the core may hand out, in queue order (priority, then arrival),
+// with the rest of a durable queue left in LMDB. Only a bounded window of stored entries is kept in
+// memory; when it runs dry the queue reads the next entries from storage through a cursor, so a
+// queue may hold far more messages than memory. Entries that are not stored (non-persistent
+// messages, or any message on a non-durable subscription) always live in memory.
+//
+// Invariants (owned by the core strand; no locks):
+//  - every stored entry in ready_ has a key below bound_ (when bound_ is set);
+//  - every stored entry below bound_ is in ready_ or held_ (taken out: in flight, being written
+//    or being deleted), so a refill never hands out an entry twice.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "message.h"
+
+namespace escrow::storage {
+class store;
+}
+
+namespace escrow::broker {
+
+struct subscription;
+
+// A message's place in one queue.
+struct queue_entry {
+  storage::entry_key key;
+  std::uint32_t delivery_count = 0;  // deliveries that ended without an acknowledgement
+  bool stored = false;               // the entry is in LMDB (persistent message, durable queue)
+  message_ptr msg;                   // null until loaded for a stored entry
+};
+
+class queue {
+ public:
+  enum class kind { queue, durable_subscription, subscription };
+
+  queue(std::uint32_t id, std::string name, kind k, std::string topic, storage::store* store,
+        std::size_t memory_window);
+
+  std::uint32_t id() const { return id_; }
+  const std::string& name() const { return name_; }
+  kind type() const { return kind_; }
+  bool durable() const { return kind_ != kind::subscription; }
+  const std::string& topic() const { return topic_; }  // for subscriptions: the topic they listen to
+
+  // Before a stored entry's write is durable: keep a refill from handing it out meanwhile.
+  void hold(const storage::entry_key& key) { held_.insert(key); }
+  // A held entry's storage work is over (write done, or delete done): forget it.
+  void release_hold(const storage::entry_key& key) { held_.erase(key); }
+
+  // Makes an entry available: a new message, or one coming back from a delivery (with its
+  // delivery count already raised by the caller). A stored entry beyond the in-memory window is
+  // left to storage, where the cursor will find it.
+  void push(queue_entry entry);
+
+  // Takes the first ready entry in queue order, reading more from storage when the window is empty.
+  // The entry is held until release_hold(). nullopt when the queue has nothing ready.
+  std::optional<queue_entry> pop();
+
+  bool has_ready();
+
+  // For a queue opened from storage: nothing of it is in memory yet; the cursor starts at the top.
+  void start_unloaded() { bound_ = storage::entry_key{id_, 9, 0}; }
+  std::size_t ready_in_memory() const { return ready_.size(); }
+
+  // The queue's key in the queues table ("q/NAME", or "d/CLIENT-ID\0NAME" for a durable
+  // subscription), and whether its record is in (or on its way to) that table.
+  std::string storage_key;
+  bool record_stored = false;
+
+  // Consumers attached to this queue, served round robin.
+  std::vector<subscription*>& consumers() { return consumers_; }
+  std::size_t& next_consumer() { return next_consumer_; }
+
+ private:
+  bool in_window(const storage::entry_key& key) const { return !bound_ || key < *bound_; }
+  void refill();
+  void evict();
+
+  std::uint32_t id_;
+  std::string name_;
+  kind kind_;
+  std::string topic_;
+  storage::store* store_;
+  std::size_t memory_window_;
+
+  std::map<storage::entry_key, queue_entry> ready_;
+  std::size_t stored_in_memory_ = 0;
+  std::set<storage::entry_key> held_;
+  // First key not loaded from storage; nullopt when every stored entry has been loaded. A new
+  // durable queue starts fully loaded (empty); a queue opened from storage starts at its beginning.
+  std::optional<storage::entry_key> bound_;
+
+  std::vector<subscription*> consumers_;
+  std::size_t next_consumer_ = 0;
+};
+
+using queue_ptr = std::shared_ptr<queue>;
+
+}  // namespace escrow::broker

@@ -1,0 +1,154 @@
+// SEND: validating the frame, routing it to queues (anycast) or topic subscriptions (multicast),
+// and storing a persistent message once, with an entry per durable target, before any consumer
+// sees it and before its RECEIPT (durability point 1).
+#include <charconv>
+
+#include "core.h"
+#include "escrow/storage/coding.h"
+#include "escrow/storage/schema.h"
+
+namespace escrow::broker {
+namespace {
+
+constexpr std::string_view kQueuePrefix = "/queue/";
+constexpr std::string_view kTopicPrefix = "/topic/";
+
+// Headers the server writes on MESSAGE itself; a SEND's own copies of them are not kept.
+bool is_server_header(std::string_view name) {
+  return name == "destination" || name == "receipt" || name == "transaction" || name == "content-length" ||
+         name == "message-id" || name == "subscription" || name == "ack" || name == "redelivered" ||
+         name == "delivery-count";
+}
+
+template <typename T>
+bool parse_number(std::string_view text, T& out) {
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return !text.empty() && ec == std::errc() && end == text.data() + text.size();
+}
+
+}  // namespace
+
+void broker::impl::persist_queue_record(queue& q, storage::batch& b) {
+  if (q.record_stored || !q.durable()) return;
+  storage::queue_record r;
+  r.id = q.id();
+  r.type = q.type() == queue::kind::durable_subscription ? storage::queue_record::kind::durable_subscription
+                                                          : storage::queue_record::kind::queue;
+  r.topic = q.topic();
+  b.put(storage::table::queues, q.storage_key, r.encode());
+  q.record_stored = true;
+}
+
+queue_ptr broker::impl::find_or_create_queue(const std::string& name, storage::batch& b) {
+  std::string key = "q/" + name;
+  auto it = queues.find(key);
+  if (it != queues.end()) return it->second;
+  auto q = std::make_shared<queue>(next_queue_id++, name, queue::kind::queue, "", &store, config.queue_memory_window);
+  q->storage_key = key;
+  queues.emplace(key, q);
+  persist_queue_record(*q, b);
+  return q;
+}
+
+void broker::impl::handle_send(const connection_ptr& c, frame& f) {
+  const std::string* destination = f.find("destination");
+  if (!destination) return error(*c, "SEND frame has no destination header", &f);
+  if (f.has("transaction"))
+    return error(*c, "SEND with a transaction header: transactions are not available in this escrowd release", &f);
+
+  storage::message_record record;
+  std::string_view persistent = f.get("persistent", "true");
+  if (persistent != "true" && persistent != "false")
+    return error(*c, "invalid persistent header '" + std::string(persistent) + "': use true or false", &f);
+  record.persistent = persistent == "true";
+  if (const std::string* p = f.find("priority")) {
+    unsigned priority = 0;
+    if (!parse_number(*p, priority) || priority > 9)
+      return error(*c, "invalid priority header '" + *p + "': use an integer from 0 to 9", &f);
+    record.priority = static_cast<std::uint8_t>(priority);
+  }
+  if (const std::string* e = f.find("expires")) {
+    if (!parse_number(*e, record.expires))
+      return error(*c, "invalid expires header '" + *e + "': use epoch milliseconds, 0 for never", &f);
+  }
+
+  storage::batch b;
+  std::vector<queue_ptr> targets;
+  std::string_view dest = *destination;
+  if (dest.substr(0, kQueuePrefix.size()) == kQueuePrefix && dest.size() > kQueuePrefix.size()) {
+    targets.push_back(find_or_create_queue(std::string(dest.substr(kQueuePrefix.size())), b));
+  } else if (dest.substr(0, kTopicPrefix.size()) == kTopicPrefix && dest.size() > kTopicPrefix.size()) {
+    auto t = topics.find(std::string(dest.substr(kTopicPrefix.size())));
+    if (t != topics.end()) targets = t->second.subscriptions;
+  } else {
+    return error(*c, "invalid destination '" + *destination + "': use /queue/NAME or /topic/NAME", &f);
+  }
+
+  record.destination = *destination;
+  record.timestamp = now_ms();
+  for (auto& [name, value] : f.headers) {
+    if (is_server_header(name)) continue;
+    bool seen = false;  // a repeated header: the first occurrence wins
+    for (auto& h : record.headers) seen = seen || h.first == name;
+    if (!seen) record.headers.emplace_back(std::move(name), std::move(value));
+  }
+  record.body = std::move(f.body);
+
+  auto msg = std::make_shared<message>();
+  msg->id = next_message_id++;
+  msg->record = std::move(record);
+  std::string mkey = storage::message_key(msg->id);
+
+  std::vector<std::pair<queue_ptr, queue_entry>> entries;
+  std::uint32_t stored = 0;
+  for (auto& q : targets) {
+    queue_entry e{storage::entry_key{q->id(), msg->record.priority, msg->id}, 0, msg->record.persistent && q->durable(),
+                  msg};
+    if (e.stored) {
+      b.put(storage::table::entries, e.key.encode(), storage::encode_delivery_count(0));
+      q->hold(e.key);
+      ++stored;
+    }
+    entries.emplace_back(q, std::move(e));
+  }
+  if (stored > 0) {
+    b.put(storage::table::messages, mkey, msg->record.encode());
+    if (stored > 1) {
+      std::string refs;
+      storage::put_u32(refs, stored);
+      b.put(storage::table::message_refs, mkey, refs);
+    }
+    std::string next;
+    storage::put_u64(next, next_message_id);
+    b.put(storage::table::meta, storage::kNextMessageIdKey, next);
+  }
+
+  auto publish = [this](std::vector<std::pair<queue_ptr, queue_entry>>& list) {
+    for (auto& [q, e] : list) {
+      if (e.stored) q->release_hold(e.key);
+      q->push(std::move(e));
+    }
+    for (auto& [q, e] : list) dispatch(q);
+  };
+
+  if (b.empty()) {
+    publish(entries);
+    return receipt(*c, f);
+  }
+  const std::string* r = f.find("receipt");
+  std::optional<std::string> receipt_id = r ? std::optional<std::string>(*r) : std::nullopt;
+  // Nobody sees the message until it is durable: consumers get it from the completion.
+  submit(std::move(b), [this, c, receipt_id, publish, entries = std::move(entries)](const storage::status& s) mutable {
+    if (!s.ok()) {
+      for (auto& [q, e] : entries)
+        if (e.stored) q->release_hold(e.key);
+      frame request{"SEND", {}, {}};
+      if (receipt_id) request.add("receipt", *receipt_id);
+      return error(*c, "message not stored: " + s.message(), &request);
+    }
+    publish(entries);
+    if (receipt_id) write(*c, frame{"RECEIPT", {{"receipt-id", *receipt_id}}, {}});
+  });
+}
+
+}  // namespace escrow::broker

@@ -1,0 +1,16 @@
+// The running broker: the I/O thread pool, the store, the core and one acceptor per listen
+// address. run() blocks until SIGINT or SIGTERM, then stops accepting, closes every connection
+// and closes the store cleanly (its committer finishes what was submitted).
+#pragma once
+
+#include <string>
+
+#include "config.h"
+
+namespace escrow::broker {
+
+// Starts the broker described by `config` and serves until a stop signal. Returns the process
+// exit code; start-up problems are logged with what to do about them.
+int run_server(const broker_config& config);
+
+}  // namespace escrow::broker

@@ -1,0 +1,261 @@
+// The network side of a connection (see session.h). All members are touched on the session's
+// strand; pending_bytes_ is the one value the core reads from its own strand.
+#include "session.h"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <vector>
+
+namespace escrow::broker {
+
+namespace asio = boost::asio;
+using asio::use_awaitable;
+constexpr auto kNoThrow = asio::as_tuple(use_awaitable);
+
+session::session(asio::ip::tcp::socket socket, broker& core, const broker_config& config)
+    : socket_(std::move(socket)), core_(core), config_(config), id_(core.new_connection_id()),
+      parser_(config.frames), wake_writer_(socket_.get_executor()), watchdog_timer_(socket_.get_executor()) {
+  boost::system::error_code ec;
+  auto ep = socket_.remote_endpoint(ec);
+  peer_ = ec ? "unknown" : ep.address().to_string() + ":" + std::to_string(ep.port());
+  socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+}
+
+void session::start() {
+  auto self = shared_from_this();
+  live_coroutines_ = 3;
+  spdlog::debug("connection {} from {}", id_, peer_);
+  asio::co_spawn(socket_.get_executor(), [self]() { return self->read_loop(); }, asio::detached);
+  asio::co_spawn(socket_.get_executor(), [self]() { return self->write_loop(); }, asio::detached);
+  asio::co_spawn(socket_.get_executor(), [self]() { return self->watchdog(); }, asio::detached);
+}
+
+void session::stop() {
+  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    self->closing_ = true;
+    boost::system::error_code ec;
+    self->socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+    self->socket_.close(ec);
+    self->wake_writer_.cancel();
+    self->watchdog_timer_.cancel();
+  });
+}
+
+void session::send(std::string bytes) {
+  pending_bytes_.fetch_add(bytes.size(), std::memory_order_relaxed);
+  asio::post(socket_.get_executor(), [self = shared_from_this(), bytes = std::move(bytes)]() mutable {
+    self->enqueue(std::move(bytes), false);
+  });
+}
+
+void session::send_and_close(std::string bytes) {
+  pending_bytes_.fetch_add(bytes.size(), std::memory_order_relaxed);
+  asio::post(socket_.get_executor(), [self = shared_from_this(), bytes = std::move(bytes)]() mutable {
+    self->enqueue(std::move(bytes), true);
+  });
+}
+
+void session::enqueue(std::string bytes, bool close_after) {
+  if (!bytes.empty()) outgoing_.push_back(std::move(bytes));
+  if (close_after) closing_ = true;
+  wake_writer_.cancel();
+}
+
+// A protocol error seen by the session: ERROR, then close; nothing more is read or handed on.
+void session::fail(const std::string& problem, const std::optional<std::string>& receipt) {
+  frame e{"ERROR", {{"message", problem}}, {}};
+  if (receipt) e.add("receipt-id", *receipt);
+  e.body = problem + "\n";
+  e.add("content-type", "text/plain");
+  e.add("content-length", std::to_string(e.body.size()));
+  spdlog::info("connection {} ({}): ERROR {}", id_, peer_, problem);
+  std::string bytes = encode(e);
+  pending_bytes_.fetch_add(bytes.size(), std::memory_order_relaxed);
+  enqueue(std::move(bytes), true);
+}
+
+bool session::on_connect(const frame& f) {
+  // accept-version absent: a STOMP 1.0 client.
+  std::string_view accept = f.get("accept-version", "1.0");
+  std::optional<stomp_version> chosen;
+  std::size_t pos = 0;
+  while (pos <= accept.size()) {
+    std::size_t comma = accept.find(',', pos);
+    std::string_view v = accept.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    std::optional<stomp_version> candidate;
+    if (v == "1.2") candidate = stomp_version::v1_2;
+    if (v == "1.1") candidate = stomp_version::v1_1;
+    if (v == "1.0") candidate = stomp_version::v1_0;
+    if (candidate && (!chosen || *candidate > *chosen)) chosen = candidate;
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  if (!chosen) {
+    frame e{"ERROR", {{"version", "1.0,1.1,1.2"}, {"message", "no common protocol version: this broker speaks 1.0, 1.1 and 1.2"}}, {}};
+    e.body = "Supported protocol versions are 1.0, 1.1 and 1.2; the client offered " + std::string(accept) + "\n";
+    e.add("content-type", "text/plain");
+    e.add("content-length", std::to_string(e.body.size()));
+    std::string bytes = encode(e);
+    pending_bytes_.fetch_add(bytes.size(), std::memory_order_relaxed);
+    enqueue(std::move(bytes), true);
+    return false;
+  }
+  std::uint64_t client_send = 0, client_receive = 0;
+  if (const std::string* hb = f.find("heart-beat")) {
+    auto parsed = parse_heart_beat(*hb);
+    if (!parsed) {
+      fail("invalid heart-beat header '" + *hb + "': use two non-negative integers, e.g. 10000,10000", std::nullopt);
+      return false;
+    }
+    std::tie(client_send, client_receive) = *parsed;
+  }
+  parser_.set_version(*chosen);
+  connected_ = true;
+  connect_info info;
+  info.version = *chosen;
+  info.client_id = std::string(f.get("client-id"));
+  info.login = std::string(f.get("login"));
+  heartbeat_send_ms_ = negotiate_heart_beat(config_.heartbeat_send_ms, client_receive);
+  heartbeat_receive_ms_ = negotiate_heart_beat(client_send, config_.heartbeat_receive_ms);
+  // CONNECTED carries what the server offers; the client derives the same intervals from it.
+  info.heartbeat_send_ms = client_receive ? config_.heartbeat_send_ms : 0;
+  info.heartbeat_receive_ms = client_send ? config_.heartbeat_receive_ms : 0;
+  core_.on_connect(id_, shared_from_this(), std::move(info));
+  if (heartbeat_receive_ms_) watchdog_timer_.cancel();  // re-arm with the heart-beat interval
+  wake_writer_.cancel();                                // re-arm with the heart-beat interval
+  return true;
+}
+
+bool session::on_frame(frame& f) {
+  bool is_connect = f.command == "CONNECT" || f.command == "STOMP";
+  if (!connected_) {
+    if (!is_connect) {
+      fail("the first frame must be CONNECT or STOMP, not " + f.command, f.find("receipt") ? std::optional<std::string>(*f.find("receipt")) : std::nullopt);
+      return false;
+    }
+    return on_connect(f);
+  }
+  core_.on_frame(id_, std::move(f));
+  return true;
+}
+
+asio::awaitable<void> session::read_loop() {
+  std::vector<char> buffer(64 * 1024);
+  std::vector<frame> frames;
+  while (!closing_) {
+    auto [ec, n] = co_await socket_.async_read_some(asio::buffer(buffer), kNoThrow);
+    if (ec || closing_) break;
+    last_read_ = clock::now();
+    frames.clear();
+    bool ok = parser_.feed(std::string_view(buffer.data(), n), frames);
+    bool keep_reading = true;
+    for (auto& f : frames) {
+      if (!on_frame(f)) {
+        keep_reading = false;
+        break;
+      }
+    }
+    if (!keep_reading) break;
+    if (!ok) {
+      fail(parser_.error(), parser_.error_receipt());
+      break;
+    }
+  }
+  closing_ = true;
+  wake_writer_.cancel();
+  coroutine_done();
+}
+
+asio::awaitable<void> session::write_loop() {
+  std::vector<std::string> writing;
+  std::vector<asio::const_buffer> buffers;
+  for (;;) {
+    if (outgoing_.empty()) {
+      if (closing_) break;
+      if (heartbeat_send_ms_ && connected_) {
+        wake_writer_.expires_after(std::chrono::milliseconds(heartbeat_send_ms_));
+      } else {
+        wake_writer_.expires_at(clock::time_point::max());
+      }
+      auto [ec] = co_await wake_writer_.async_wait(kNoThrow);
+      // The timer ran out with nothing to send: a heart-beat keeps the client's watchdog quiet.
+      if (!ec && outgoing_.empty() && !closing_ && heartbeat_send_ms_) {
+        pending_bytes_.fetch_add(1, std::memory_order_relaxed);
+        outgoing_.push_back("\n");
+      }
+      continue;
+    }
+    writing.assign(std::make_move_iterator(outgoing_.begin()), std::make_move_iterator(outgoing_.end()));
+    outgoing_.clear();
+    buffers.clear();
+    std::size_t total = 0;
+    for (auto& s : writing) {
+      buffers.push_back(asio::buffer(s));
+      total += s.size();
+    }
+    auto [ec, n] = co_await asio::async_write(socket_, buffers, kNoThrow);
+    pending_bytes_.fetch_sub(total, std::memory_order_relaxed);
+    writing.clear();
+    if (ec) break;
+    written_since_notice_ += total;
+    // The core stops delivering to a connection with too much unwritten; tell it when it drained.
+    if (outgoing_.empty() && written_since_notice_ >= config_.max_pending_bytes / 4) {
+      written_since_notice_ = 0;
+      core_.on_writable(id_);
+    }
+  }
+  closing_ = true;
+  boost::system::error_code ignored;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  watchdog_timer_.cancel();
+  coroutine_done();
+}
+
+asio::awaitable<void> session::watchdog() {
+  while (!closing_) {
+    auto now = clock::now();
+    if (!connected_) {
+      auto deadline = started_ + std::chrono::milliseconds(config_.connect_timeout_ms);
+      if (now >= deadline) {
+        spdlog::info("connection {} ({}): no CONNECT within {} ms; closing", id_, peer_, config_.connect_timeout_ms);
+        fail("no CONNECT frame within " + std::to_string(config_.connect_timeout_ms) + " ms", std::nullopt);
+        break;
+      }
+      watchdog_timer_.expires_at(deadline);
+    } else if (heartbeat_receive_ms_) {
+      auto allowed = std::chrono::milliseconds(heartbeat_receive_ms_ + config_.heartbeat_grace_ms);
+      if (now - last_read_ > allowed) {
+        spdlog::info("connection {} ({}): nothing received for {} ms (heart-beat {} ms); closing", id_, peer_,
+                     std::chrono::duration_cast<std::chrono::milliseconds>(now - last_read_).count(),
+                     heartbeat_receive_ms_);
+        fail("heart-beat timeout: nothing received for longer than " + std::to_string(heartbeat_receive_ms_) +
+                 " ms plus a grace of " + std::to_string(config_.heartbeat_grace_ms) + " ms",
+             std::nullopt);
+        break;
+      }
+      watchdog_timer_.expires_at(last_read_ + allowed + std::chrono::milliseconds(1));
+    } else {
+      watchdog_timer_.expires_at(clock::time_point::max());
+    }
+    co_await watchdog_timer_.async_wait(kNoThrow);
+  }
+  coroutine_done();
+}
+
+void session::coroutine_done() {
+  if (--live_coroutines_ > 0) return;
+  if (connected_ && !reported_closed_) {
+    reported_closed_ = true;
+    core_.on_closed(id_);
+  }
+  spdlog::debug("connection {} ({}) closed", id_, peer_);
+}
+
+}  // namespace escrow::broker

@@ -1,0 +1,172 @@
+// SUBSCRIBE and UNSUBSCRIBE: consumers on queues, non-durable topic subscriptions (an in-memory
+// queue per subscription) and durable topic subscriptions (a stored queue per client-id and
+// subscription name, kept while the consumer is away and across restarts).
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+
+#include "core.h"
+#include "escrow/storage/schema.h"
+#include "escrow/storage/store.h"
+
+namespace escrow::broker {
+namespace {
+
+// The names Artemis, ActiveMQ and older clients use for a durable subscription's name.
+const std::string* durable_name(const frame& f) {
+  for (const char* h : {"durable-subscription-name", "activemq.subscriptionName", "durable-subscriber-name"})
+    if (const std::string* v = f.find(h)) return v;
+  return nullptr;
+}
+
+std::string durable_key(const std::string& client_id, const std::string& name) {
+  std::string key = "d/" + client_id;
+  key.push_back('\0');
+  return key + name;
+}
+
+}  // namespace
+
+void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
+  const std::string* destination = f.find("destination");
+  if (!destination) return error(*c, "SUBSCRIBE frame has no destination header", &f);
+  const std::string* id_header = f.find("id");
+  if (!id_header && c->info.version == stomp_version::v1_2)
+    return error(*c, "SUBSCRIBE frame has no id header (required in STOMP 1.2)", &f);
+  std::string id = id_header ? *id_header : *destination;
+  if (c->subscriptions.count(id))
+    return error(*c, "subscription id '" + id + "' is already in use on this connection", &f);
+
+  auto sub = std::make_unique<subscription>();
+  sub->id = id;
+  sub->owner = c.get();
+  std::string_view ack = f.get("ack", "auto");
+  if (ack == "auto") {
+    sub->mode = ack_mode::auto_ack;
+  } else if (ack == "client") {
+    sub->mode = ack_mode::client;
+  } else if (ack == "client-individual") {
+    sub->mode = ack_mode::client_individual;
+  } else {
+    return error(*c, "invalid ack header '" + std::string(ack) + "': use auto, client or client-individual", &f);
+  }
+  sub->window = config.consumer_window;
+  for (const char* h : {"prefetch-count", "activemq.prefetchSize"}) {
+    if (const std::string* w = f.find(h)) {
+      std::uint32_t n = 0;
+      auto [end, ec] = std::from_chars(w->data(), w->data() + w->size(), n);
+      if (ec != std::errc() || end != w->data() + w->size() || n == 0)
+        return error(*c, std::string("invalid ") + h + " header '" + *w + "': use a positive integer", &f);
+      sub->window = n;
+      break;
+    }
+  }
+
+  storage::batch b;
+  std::string_view dest = *destination;
+  if (dest.rfind("/queue/", 0) == 0 && dest.size() > 7) {
+    sub->source = find_or_create_queue(std::string(dest.substr(7)), b);
+  } else if (dest.rfind("/topic/", 0) == 0 && dest.size() > 7) {
+    std::string topic_name(dest.substr(7));
+    if (const std::string* name = durable_name(f)) {
+      if (c->info.client_id.empty())
+        return error(*c, "a durable subscription needs a client-id header on CONNECT", &f);
+      std::string key = durable_key(c->info.client_id, *name);
+      auto it = queues.find(key);
+      if (it != queues.end()) {
+        if (it->second->topic() != topic_name)
+          return error(*c, "durable subscription '" + *name + "' of client '" + c->info.client_id + "' listens to /topic/" +
+                               it->second->topic() + "; unsubscribe it before reusing its name",
+                       &f);
+        if (!it->second->consumers().empty())
+          return error(*c, "durable subscription '" + *name + "' of client '" + c->info.client_id +
+                               "' already has an active consumer", &f);
+        sub->source = it->second;
+      } else {
+        auto q = std::make_shared<queue>(next_queue_id++, c->info.client_id + "." + *name,
+                                         queue::kind::durable_subscription, topic_name, &store,
+                                         config.queue_memory_window);
+        q->storage_key = key;
+        queues.emplace(key, q);
+        topics[topic_name].subscriptions.push_back(q);
+        persist_queue_record(*q, b);
+        sub->source = q;
+      }
+    } else {
+      auto q = std::make_shared<queue>(next_queue_id++, "subscription-" + std::to_string(c->id) + "-" + id,
+                                       queue::kind::subscription, topic_name, &store, config.queue_memory_window);
+      topics[topic_name].subscriptions.push_back(q);
+      sub->source = q;
+    }
+  } else {
+    return error(*c, "invalid destination '" + *destination + "': use /queue/NAME or /topic/NAME", &f);
+  }
+
+  queue_ptr source = sub->source;
+  source->consumers().push_back(sub.get());
+  c->subscriptions.emplace(id, std::move(sub));
+  receipt_after(c, f, std::move(b));
+  dispatch(source);
+}
+
+void broker::impl::detach(subscription& s, storage::batch& b) {
+  for (auto& [tag, d] : s.unacked) {
+    s.owner->tag_owner.erase(tag);
+    requeue(std::move(d), b);
+  }
+  s.unacked.clear();
+  auto& consumers = s.source->consumers();
+  std::erase(consumers, &s);
+  if (s.source->type() == queue::kind::subscription) {
+    // A non-durable subscription's queue lives and dies with its only consumer.
+    auto t = topics.find(s.source->topic());
+    if (t != topics.end()) std::erase(t->second.subscriptions, s.source);
+  }
+}
+
+void broker::impl::drop_durable_queue(const queue_ptr& q, storage::batch& b) {
+  auto t = topics.find(q->topic());
+  if (t != topics.end()) std::erase(t->second.subscriptions, q);
+  queues.erase(q->storage_key);
+  b.erase(storage::table::queues, q->storage_key);
+  storage::status s = store.scan(storage::table::entries, storage::queue_prefix(q->id()), storage::queue_prefix(q->id()),
+                                 [&](std::string_view k, std::string_view) {
+                                   storage::entry_key key;
+                                   if (storage::entry_key::decode(k, key)) {
+                                     b.erase(storage::table::entries, k);
+                                     b.release_message(storage::message_key(key.message_id));
+                                   }
+                                   return true;
+                                 });
+  if (!s.ok()) spdlog::error("dropping {}: {}; some of its entries stay in storage", q->name(), s.message());
+}
+
+void broker::impl::handle_unsubscribe(const connection_ptr& c, const frame& f) {
+  const std::string* id_header = f.find("id");
+  const std::string* name = durable_name(f);
+  if (!id_header && c->info.version == stomp_version::v1_2 && !name)
+    return error(*c, "UNSUBSCRIBE frame has no id header (required in STOMP 1.2)", &f);
+  std::string id = id_header ? *id_header : std::string(f.get("destination"));
+  storage::batch b;
+  auto it = c->subscriptions.find(id);
+  queue_ptr source;
+  if (it != c->subscriptions.end()) {
+    source = it->second->source;
+    detach(*it->second, b);
+    c->subscriptions.erase(it);
+  } else if (!name) {
+    return error(*c, "UNSUBSCRIBE names subscription id '" + id + "', which this connection does not have", &f);
+  }
+  // UNSUBSCRIBE that names a durable subscription ends it for good, as Artemis and ActiveMQ do.
+  if (name && !c->info.client_id.empty()) {
+    auto q = queues.find(durable_key(c->info.client_id, *name));
+    if (q != queues.end() && q->second->consumers().empty()) {
+      drop_durable_queue(q->second, b);
+      source.reset();
+    }
+  }
+  receipt_after(c, f, std::move(b));
+  if (source) dispatch(source);
+}
+
+}  // namespace escrow::broker

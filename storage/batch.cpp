@@ -1,0 +1,53 @@
+// Batch encoding (layout in batch.h). Pure: no disk, no LMDB.
+#include "escrow/storage/batch.h"
+
+#include "escrow/storage/coding.h"
+
+namespace escrow::storage {
+
+const char* table_name(table t) {
+  switch (t) {
+    case table::meta: return "meta";
+    case table::queues: return "queues";
+    case table::messages: return "messages";
+    case table::message_refs: return "message_refs";
+    case table::entries: return "entries";
+  }
+  return "unknown";
+}
+
+void batch::put(table t, std::string_view key, std::string_view value) {
+  rep_.push_back(static_cast<char>(op::put));
+  rep_.push_back(static_cast<char>(t));
+  put_string(rep_, key);
+  put_string(rep_, value);
+}
+
+void batch::erase(table t, std::string_view key) {
+  rep_.push_back(static_cast<char>(op::erase));
+  rep_.push_back(static_cast<char>(t));
+  put_string(rep_, key);
+}
+
+void batch::release_message(std::string_view message_key) {
+  rep_.push_back(static_cast<char>(op::release_message));
+  rep_.push_back(static_cast<char>(table::messages));
+  put_string(rep_, message_key);
+}
+
+bool batch::decode(std::string_view rep, const visitor& visit) {
+  while (!rep.empty()) {
+    if (rep.size() < 2) return false;
+    auto o = static_cast<std::uint8_t>(rep[0]);
+    auto t = static_cast<std::uint8_t>(rep[1]);
+    rep.remove_prefix(2);
+    if (o < 1 || o > 3 || t >= kTableCount) return false;
+    std::string_view key, value;
+    if (!get_string(rep, key)) return false;
+    if (static_cast<op>(o) == op::put && !get_string(rep, value)) return false;
+    visit(static_cast<op>(o), static_cast<table>(t), key, value);
+  }
+  return true;
+}
+
+}  // namespace escrow::storage

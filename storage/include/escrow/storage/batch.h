@@ -1,0 +1,49 @@
+// A batch: the atomic unit of change, built in memory and applied whole by the committer, like
+// LevelDB's WriteBatch. Its byte layout (docs/storage.md) is a sequence of operations:
+//
+//   op      : u8  (1 = put, 2 = erase, 3 = release_message)
+//   table   : u8  (escrow::storage::table)
+//   key     : varint length, bytes
+//   value   : varint length, bytes        (put only)
+//
+// Encoding and decoding are pure functions over bytes, so tests need no disk.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace escrow::storage {
+
+// The named sub-databases of the environment. See schema.h for what each holds.
+enum class table : std::uint8_t { meta = 0, queues = 1, messages = 2, message_refs = 3, entries = 4 };
+inline constexpr int kTableCount = 5;
+const char* table_name(table t);
+
+class batch {
+ public:
+  enum class op : std::uint8_t { put = 1, erase = 2, release_message = 3 };
+
+  // Stores `value` under `key`, replacing what was there.
+  void put(table t, std::string_view key, std::string_view value);
+  // Removes `key`; a missing key is not an error.
+  void erase(table t, std::string_view key);
+  // Drops one reference to the message stored under `message_key`: the message is deleted with
+  // its last reference (a message_refs record holds the count when it is above one).
+  void release_message(std::string_view message_key);
+
+  bool empty() const { return rep_.empty(); }
+  std::size_t byte_size() const { return rep_.size(); }
+  const std::string& rep() const { return rep_; }
+  void append(const batch& other) { rep_ += other.rep_; }
+
+  // Calls `visit` for each operation in order. Returns false if the bytes are malformed.
+  using visitor = std::function<void(op, table, std::string_view key, std::string_view value)>;
+  static bool decode(std::string_view rep, const visitor& visit);
+
+ private:
+  std::string rep_;
+};
+
+}  // namespace escrow::storage

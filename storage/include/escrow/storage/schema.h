@@ -1,0 +1,73 @@
+// What each table holds, and the typed keys and values that live in it (schema version 1).
+//
+//   meta          "schema-version" -> u32;  "next-message-id" -> u64 (ids below it were used)
+//   queues        queue name -> queue_record (id, kind, topic)
+//   messages      u64 message id -> message_record (headers and body, stored once)
+//   message_refs  u64 message id -> u32 references, only while a message has more than one
+//   entries       entry_key (u32 queue id, u8 9-priority, u64 message id) -> u32 delivery count
+//
+// Queue order is key order: a cursor over a queue's entries yields them by priority, highest
+// first, then by arrival. All integers are big-endian. docs/storage.md has the same layout.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace escrow::storage {
+
+inline constexpr std::string_view kSchemaVersionKey = "schema-version";
+inline constexpr std::string_view kNextMessageIdKey = "next-message-id";
+
+std::string message_key(std::uint64_t message_id);
+bool parse_message_key(std::string_view key, std::uint64_t& message_id);
+
+// The position of one message in one queue.
+struct entry_key {
+  std::uint32_t queue_id = 0;
+  std::uint8_t priority = 4;  // 0-9, 9 first
+  std::uint64_t message_id = 0;
+
+  std::string encode() const;
+  static bool decode(std::string_view key, entry_key& out);
+  // Queue order: higher priority first, then older first.
+  friend bool operator<(const entry_key& a, const entry_key& b) {
+    if (a.queue_id != b.queue_id) return a.queue_id < b.queue_id;
+    if (a.priority != b.priority) return a.priority > b.priority;
+    return a.message_id < b.message_id;
+  }
+  friend bool operator==(const entry_key&, const entry_key&) = default;
+};
+// The 4-byte prefix shared by every entry of a queue.
+std::string queue_prefix(std::uint32_t queue_id);
+
+std::string encode_delivery_count(std::uint32_t count);
+std::uint32_t decode_delivery_count(std::string_view value);
+
+struct queue_record {
+  enum class kind : std::uint8_t { queue = 1, durable_subscription = 2 };
+  std::uint32_t id = 0;
+  kind type = kind::queue;
+  std::string topic;  // the topic a durable subscription listens to; empty for a queue
+
+  std::string encode() const;
+  static bool decode(std::string_view value, queue_record& out);
+};
+
+// A message as stored: the headers it was sent with (in order, first occurrence wins) and body.
+struct message_record {
+  bool persistent = true;
+  std::uint8_t priority = 4;
+  std::uint64_t expires = 0;    // epoch ms, 0 = never
+  std::uint64_t timestamp = 0;  // epoch ms when the broker accepted it
+  std::string destination;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+
+  std::string encode() const;
+  static bool decode(std::string_view value, message_record& out);
+};
+
+}  // namespace escrow::storage

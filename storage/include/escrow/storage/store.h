@@ -1,0 +1,76 @@
+// The durable store: one LMDB environment with named tables, a schema version checked at open,
+// the atomic write unit (a batch) and the single committer thread that groups batches into one
+// LMDB write transaction (group commit).
+//
+// Threads: submit() and the read calls are safe from any thread. Completions run on the committer
+// thread, in submission order, and only after the transaction holding the batch is durable (LMDB's
+// default synchronous commit: data pages, then the meta page). A completion must not block; post
+// the result to where it belongs. After a failed commit the store is failed for good (sticky, as
+// LevelDB does): every later submit completes with status::failed until the process restarts.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "escrow/storage/batch.h"
+#include "escrow/storage/status.h"
+
+namespace escrow::storage {
+
+inline constexpr std::uint32_t kSchemaVersion = 1;
+
+struct store_options {
+  std::string path;                                  // a directory; created if missing
+  std::uint64_t map_size = 8ull * 1024 * 1024 * 1024;  // address space reserved, not disk used
+  std::size_t max_group_batches = 1024;                // at most this many batches per commit
+};
+
+// What the committer has done so far; for tests and metrics.
+struct commit_stats {
+  std::uint64_t commits = 0;  // LMDB write transactions committed
+  std::uint64_t batches = 0;  // batches completed successfully
+};
+
+class store {
+ public:
+  using completion = std::function<void(status)>;
+
+  // Opens (creating if needed) the environment at options.path and starts the committer.
+  // Fails with a message when the directory cannot be used, or when the stored schema version is
+  // not kSchemaVersion (a newer broker wrote it, or the data is not Escrow's).
+  static status open(const store_options& options, std::unique_ptr<store>& out);
+
+  // Stops the committer after completing every batch already submitted, then closes LMDB.
+  ~store();
+  store(const store&) = delete;
+  store& operator=(const store&) = delete;
+
+  // Queues `b` for the next group commit. `done` runs on the committer thread once the batch is
+  // durable (status ok), or failed (store_full: nothing of the batch was applied; failed: the
+  // store has stopped taking writes). An empty batch is a barrier: it completes after every batch
+  // submitted before it, without a write transaction of its own.
+  void submit(batch b, completion done);
+
+  // Reads the value under `key`. not_found when absent.
+  status get(table t, std::string_view key, std::string& value) const;
+
+  // Visits keys >= `from` that start with `prefix`, in key order, until `visit` returns false.
+  // Views passed to `visit` are only valid during the call.
+  using visitor = std::function<bool(std::string_view key, std::string_view value)>;
+  status scan(table t, std::string_view from, std::string_view prefix, const visitor& visit) const;
+
+  // The largest key in `t`, or not_found when the table is empty.
+  status last_key(table t, std::string& key) const;
+
+  commit_stats stats() const;
+
+ private:
+  struct impl;
+  explicit store(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace escrow::storage

@@ -1,0 +1,119 @@
+// Typed keys and values of the store's tables; layout documented in schema.h.
+#include "escrow/storage/schema.h"
+
+#include "escrow/storage/coding.h"
+
+namespace escrow::storage {
+
+std::string message_key(std::uint64_t message_id) {
+  std::string k;
+  put_u64(k, message_id);
+  return k;
+}
+
+bool parse_message_key(std::string_view key, std::uint64_t& message_id) {
+  return key.size() == 8 && get_u64(key, message_id);
+}
+
+std::string entry_key::encode() const {
+  std::string k;
+  k.reserve(13);
+  put_u32(k, queue_id);
+  k.push_back(static_cast<char>(9 - priority));
+  put_u64(k, message_id);
+  return k;
+}
+
+bool entry_key::decode(std::string_view key, entry_key& out) {
+  if (key.size() != 13) return false;
+  get_u32(key, out.queue_id);
+  auto inverted = static_cast<std::uint8_t>(key.front());
+  if (inverted > 9) return false;
+  out.priority = static_cast<std::uint8_t>(9 - inverted);
+  key.remove_prefix(1);
+  return get_u64(key, out.message_id);
+}
+
+std::string queue_prefix(std::uint32_t queue_id) {
+  std::string k;
+  put_u32(k, queue_id);
+  return k;
+}
+
+std::string encode_delivery_count(std::uint32_t count) {
+  std::string v;
+  put_u32(v, count);
+  return v;
+}
+
+std::uint32_t decode_delivery_count(std::string_view value) {
+  std::uint32_t count = 0;
+  return get_u32(value, count) ? count : 0;
+}
+
+std::string queue_record::encode() const {
+  std::string v;
+  put_u32(v, id);
+  v.push_back(static_cast<char>(type));
+  put_string(v, topic);
+  return v;
+}
+
+bool queue_record::decode(std::string_view value, queue_record& out) {
+  if (!get_u32(value, out.id) || value.empty()) return false;
+  auto k = static_cast<std::uint8_t>(value.front());
+  if (k != 1 && k != 2) return false;
+  out.type = static_cast<kind>(k);
+  value.remove_prefix(1);
+  std::string_view topic;
+  if (!get_string(value, topic)) return false;
+  out.topic = topic;
+  return value.empty();
+}
+
+// Layout: u8 version(1) | u8 flags (bit 0 persistent) | u8 priority | u64 expires | u64 timestamp
+//         | string destination | varint header count | (string name, string value)* | string body
+std::string message_record::encode() const {
+  std::string v;
+  std::size_t size = 32 + destination.size() + body.size();
+  for (const auto& [n, val] : headers) size += n.size() + val.size() + 4;
+  v.reserve(size);
+  v.push_back(1);
+  v.push_back(persistent ? 1 : 0);
+  v.push_back(static_cast<char>(priority));
+  put_u64(v, expires);
+  put_u64(v, timestamp);
+  put_string(v, destination);
+  put_varint(v, headers.size());
+  for (const auto& [n, val] : headers) {
+    put_string(v, n);
+    put_string(v, val);
+  }
+  put_string(v, body);
+  return v;
+}
+
+bool message_record::decode(std::string_view value, message_record& out) {
+  if (value.size() < 3 || value[0] != 1) return false;
+  out.persistent = (value[1] & 1) != 0;
+  out.priority = static_cast<std::uint8_t>(value[2]);
+  value.remove_prefix(3);
+  std::string_view s;
+  std::uint64_t count = 0;
+  if (!get_u64(value, out.expires) || !get_u64(value, out.timestamp) || !get_string(value, s))
+    return false;
+  out.destination = s;
+  if (!get_varint(value, count) || count > value.size()) return false;
+  out.headers.clear();
+  out.headers.reserve(count);
+  for (std::uint64_t i = 0; i < count; ++i) {
+    std::string_view n, val;
+    if (!get_string(value, n) || !get_string(value, val)) return false;
+    out.headers.emplace_back(n, val);
+  }
+  if (!get_string(value, s)) return false;
+  out.body = s;
+  return value.empty();
+}
+
+}  // namespace escrow::storage

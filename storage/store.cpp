@@ -1,0 +1,355 @@
+// The LMDB environment and the committer thread. LMDB allows one write transaction at a time, bound
+// to the thread that began it, and each commit syncs (data pages, then the meta page). So one
+// thread owns every write: it drains all waiting batches into one transaction, applies each batch
+// in a nested transaction (a batch that fails leaves no trace and does not spoil the others),
+// commits once, and only then reports each batch's completion. That is group commit.
+#include "escrow/storage/store.h"
+
+#include <fcntl.h>
+#include <lmdb.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "escrow/storage/coding.h"
+#include "escrow/storage/schema.h"
+
+namespace escrow::storage {
+namespace {
+
+MDB_val as_val(std::string_view s) { return MDB_val{s.size(), const_cast<char*>(s.data())}; }
+std::string_view as_view(const MDB_val& v) { return {static_cast<const char*>(v.mv_data), v.mv_size}; }
+
+// Translates an LMDB return code; the one place that knows LMDB's integers.
+status from_lmdb(int rc, std::string_view what) {
+  if (rc == 0) return {};
+  std::string message = std::string(what) + ": " + mdb_strerror(rc);
+  switch (rc) {
+    case MDB_NOTFOUND: return {status::code::not_found, message};
+    case MDB_MAP_FULL:
+      return {status::code::store_full,
+              message + " (raise storage.map-size in the configuration, or consume messages)"};
+    case MDB_CORRUPTED:
+    case MDB_PAGE_NOTFOUND:
+    case MDB_INVALID: return {status::code::corrupt, message};
+    default: return {status::code::io_error, message};
+  }
+}
+
+struct pending_batch {
+  batch work;
+  store::completion done;
+  status result;
+};
+
+}  // namespace
+
+struct store::impl {
+  store_options options;
+  MDB_env* env = nullptr;
+  MDB_dbi dbi[kTableCount] = {};
+  int lock_fd = -1;
+
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::deque<pending_batch> waiting;  // guarded by mutex
+  bool stopping = false;              // guarded by mutex
+  std::thread committer;
+
+  bool failed = false;  // committer thread only: sticky after a failed commit
+  std::atomic<std::uint64_t> commits{0};
+  std::atomic<std::uint64_t> batches{0};
+
+  ~impl() {
+    if (env) mdb_env_close(env);
+    if (lock_fd >= 0) close(lock_fd);
+  }
+
+  status open_environment();
+  void run_committer();
+  int apply(MDB_txn* txn, const batch& b);
+  int release(MDB_txn* txn, std::string_view key);
+};
+
+status store::impl::open_environment() {
+  std::error_code ec;
+  std::filesystem::create_directories(options.path, ec);
+  if (ec)
+    return {status::code::io_error, "cannot create data directory " + options.path + ": " + ec.message()};
+
+  // Two brokers on one data directory would hand out the same messages twice: refuse the second.
+  std::string lock_path = options.path + "/escrow.lock";
+  lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0)
+    return {status::code::io_error, "cannot open " + lock_path + ": " + std::strerror(errno)};
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
+    return {status::code::io_error,
+            "data directory " + options.path + " is in use by another escrowd (" + lock_path +
+                " is locked); stop it or choose another --data-dir"};
+
+  int rc = mdb_env_create(&env);
+  if (rc == 0) rc = mdb_env_set_maxdbs(env, kTableCount + 2);
+  if (rc == 0) rc = mdb_env_set_mapsize(env, options.map_size);
+  if (rc == 0) rc = mdb_env_set_maxreaders(env, 512);
+  // MDB_NOTLS: read transactions are not tied to a thread, so any Asio thread may read.
+  if (rc == 0) rc = mdb_env_open(env, options.path.c_str(), MDB_NOTLS, 0644);
+  if (rc != 0) return from_lmdb(rc, "cannot open the store in " + options.path);
+  int dead = 0;
+  mdb_reader_check(env, &dead);  // clear reader slots left by a killed process
+
+  MDB_txn* txn = nullptr;
+  rc = mdb_txn_begin(env, nullptr, 0, &txn);
+  if (rc != 0) return from_lmdb(rc, "cannot begin the opening transaction");
+  for (int i = 0; i < kTableCount; ++i) {
+    rc = mdb_dbi_open(txn, table_name(static_cast<table>(i)), MDB_CREATE, &dbi[i]);
+    if (rc != 0) {
+      mdb_txn_abort(txn);
+      return from_lmdb(rc, std::string("cannot open table ") + table_name(static_cast<table>(i)));
+    }
+  }
+  MDB_val key = as_val(kSchemaVersionKey), value;
+  rc = mdb_get(txn, dbi[static_cast<int>(table::meta)], &key, &value);
+  if (rc == MDB_NOTFOUND) {
+    MDB_stat st{};
+    mdb_stat(txn, dbi[static_cast<int>(table::messages)], &st);
+    MDB_stat queues_st{};
+    mdb_stat(txn, dbi[static_cast<int>(table::queues)], &queues_st);
+    if (st.ms_entries != 0 || queues_st.ms_entries != 0) {
+      mdb_txn_abort(txn);
+      return {status::code::bad_schema,
+              "the store in " + options.path + " holds data but no schema version; it was not "
+              "written by escrowd. Move it away or choose another --data-dir"};
+    }
+    std::string v;
+    put_u32(v, kSchemaVersion);
+    MDB_val vv = as_val(v);
+    rc = mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &vv, 0);
+  } else if (rc == 0) {
+    std::string_view v = as_view(value);
+    std::uint32_t version = 0;
+    if (!get_u32(v, version) || version != kSchemaVersion) {
+      mdb_txn_abort(txn);
+      return {status::code::bad_schema,
+              "the store in " + options.path + " has schema version " + std::to_string(version) +
+                  " but this escrowd understands version " + std::to_string(kSchemaVersion) +
+                  "; run the escrowd release that wrote it"};
+    }
+  }
+  if (rc != 0) {
+    mdb_txn_abort(txn);
+    return from_lmdb(rc, "cannot read the schema version");
+  }
+  return from_lmdb(mdb_txn_commit(txn), "cannot commit the opening transaction");
+}
+
+int store::impl::release(MDB_txn* txn, std::string_view message_key) {
+  MDB_val key = as_val(message_key), value;
+  MDB_dbi refs = dbi[static_cast<int>(table::message_refs)];
+  int rc = mdb_get(txn, refs, &key, &value);
+  if (rc == 0) {
+    std::string_view v = as_view(value);
+    std::uint32_t count = 0;
+    get_u32(v, count);
+    if (count > 2) {
+      std::string next;
+      put_u32(next, count - 1);
+      MDB_val nv = as_val(next);
+      return mdb_put(txn, refs, &key, &nv, 0);
+    }
+    rc = mdb_del(txn, refs, &key, nullptr);
+    if (rc != 0) return rc;
+    if (count == 2) return 0;  // one reference left, implied by the absence of a record
+  } else if (rc != MDB_NOTFOUND) {
+    return rc;
+  }
+  rc = mdb_del(txn, dbi[static_cast<int>(table::messages)], &key, nullptr);
+  return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+int store::impl::apply(MDB_txn* txn, const batch& b) {
+  int rc = 0;
+  bool well_formed = batch::decode(b.rep(), [&](batch::op o, table t, std::string_view k, std::string_view v) {
+    if (rc != 0) return;
+    MDB_val key = as_val(k), value = as_val(v);
+    MDB_dbi d = dbi[static_cast<int>(t)];
+    switch (o) {
+      case batch::op::put: rc = mdb_put(txn, d, &key, &value, 0); break;
+      case batch::op::erase:
+        rc = mdb_del(txn, d, &key, nullptr);
+        if (rc == MDB_NOTFOUND) rc = 0;
+        break;
+      case batch::op::release_message: rc = release(txn, k); break;
+    }
+  });
+  return well_formed ? rc : MDB_INVALID;
+}
+
+void store::impl::run_committer() {
+  std::vector<pending_batch> group;
+  for (;;) {
+    {
+      std::unique_lock lock(mutex);
+      wake.wait(lock, [&] { return stopping || !waiting.empty(); });
+      if (waiting.empty()) return;  // stopping, and everything submitted has completed
+      while (!waiting.empty() && group.size() < options.max_group_batches) {
+        group.push_back(std::move(waiting.front()));
+        waiting.pop_front();
+      }
+    }
+    bool any_writes = false;
+    for (auto& p : group) any_writes = any_writes || !p.work.empty();
+
+    if (failed) {
+      for (auto& p : group)
+        if (!p.work.empty())
+          p.result = {status::code::failed,
+                      "the store stopped taking writes after a failed commit; restart escrowd"};
+    } else if (any_writes) {
+      MDB_txn* txn = nullptr;
+      int rc = mdb_txn_begin(env, nullptr, 0, &txn);
+      if (rc == 0) {
+        std::uint64_t applied = 0;
+        for (auto& p : group) {
+          if (p.work.empty()) continue;
+          MDB_txn* child = nullptr;
+          int brc = mdb_txn_begin(env, txn, 0, &child);
+          if (brc == 0) brc = apply(child, p.work);
+          if (brc == 0) {
+            brc = mdb_txn_commit(child);
+          } else if (child) {
+            mdb_txn_abort(child);
+          }
+          if (brc == 0) {
+            ++applied;
+          } else {
+            p.result = from_lmdb(brc, "batch not stored");
+          }
+        }
+        // The one durable point for the whole group: LMDB syncs data, then meta.
+        rc = mdb_txn_commit(txn);
+        if (rc == 0) {
+          commits.fetch_add(1, std::memory_order_relaxed);
+          batches.fetch_add(applied, std::memory_order_relaxed);
+        }
+      }
+      if (rc == MDB_MAP_FULL) {
+        // The commit found no room for the group's own bookkeeping (table roots, free list)
+        // before it wrote a page the meta page refers to: nothing of the group is on disk and the
+        // environment is intact, so each batch is refused as store_full and writes go on.
+        status s = from_lmdb(rc, "batch not stored");
+        for (auto& p : group)
+          if (!p.work.empty()) p.result = s;
+      } else if (rc != 0) {
+        // After a failed sync what is on disk is unknown: fail every batch of the group and
+        // every later one (sticky), so nobody is told "durable" on a guess.
+        failed = true;
+        status s = from_lmdb(rc, "storage commit failed; the store refuses writes until escrowd restarts");
+        s = status(status::code::failed, s.message());
+        for (auto& p : group)
+          if (!p.work.empty()) p.result = s;
+      }
+    }
+    for (auto& p : group) p.done(std::move(p.result));
+    group.clear();
+  }
+}
+
+store::store(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+status store::open(const store_options& options, std::unique_ptr<store>& out) {
+  auto p = std::make_unique<impl>();
+  p->options = options;
+  if (p->options.max_group_batches == 0) p->options.max_group_batches = 1;
+  if (status s = p->open_environment(); !s.ok()) return s;
+  impl* raw = p.get();
+  raw->committer = std::thread([raw] { raw->run_committer(); });
+  out.reset(new store(std::move(p)));
+  return {};
+}
+
+store::~store() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->wake.notify_one();
+  if (impl_->committer.joinable()) impl_->committer.join();
+}
+
+void store::submit(batch b, completion done) {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->waiting.push_back(pending_batch{std::move(b), std::move(done), {}});
+  }
+  impl_->wake.notify_one();
+}
+
+namespace {
+// A short read-only transaction, aborted on scope exit (LMDB readers must stay short).
+struct read_txn {
+  MDB_txn* txn = nullptr;
+  int rc = 0;
+  explicit read_txn(MDB_env* env) { rc = mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn); }
+  ~read_txn() {
+    if (txn) mdb_txn_abort(txn);
+  }
+};
+}  // namespace
+
+status store::get(table t, std::string_view key, std::string& value) const {
+  read_txn r(impl_->env);
+  if (r.rc != 0) return from_lmdb(r.rc, "cannot begin a read");
+  MDB_val k = as_val(key), v;
+  int rc = mdb_get(r.txn, impl_->dbi[static_cast<int>(t)], &k, &v);
+  if (rc == 0) value.assign(as_view(v));
+  return from_lmdb(rc, std::string("read from ") + table_name(t));
+}
+
+status store::scan(table t, std::string_view from, std::string_view prefix, const visitor& visit) const {
+  read_txn r(impl_->env);
+  if (r.rc != 0) return from_lmdb(r.rc, "cannot begin a read");
+  MDB_cursor* cursor = nullptr;
+  int rc = mdb_cursor_open(r.txn, impl_->dbi[static_cast<int>(t)], &cursor);
+  if (rc != 0) return from_lmdb(rc, "cannot open a cursor");
+  // Every key with the prefix sorts at or after the prefix itself, so a `from` below it starts
+  // there; starting at `from` would stop at the first key before the prefix.
+  std::string_view start = from < prefix ? prefix : from;
+  MDB_val k = as_val(start), v;
+  rc = mdb_cursor_get(cursor, &k, &v, start.empty() ? MDB_FIRST : MDB_SET_RANGE);
+  while (rc == 0) {
+    std::string_view key = as_view(k);
+    if (key.substr(0, prefix.size()) != prefix) break;
+    if (!visit(key, as_view(v))) break;
+    rc = mdb_cursor_get(cursor, &k, &v, MDB_NEXT);
+  }
+  mdb_cursor_close(cursor);
+  if (rc == MDB_NOTFOUND) rc = 0;
+  return from_lmdb(rc, std::string("scan of ") + table_name(t));
+}
+
+status store::last_key(table t, std::string& key) const {
+  read_txn r(impl_->env);
+  if (r.rc != 0) return from_lmdb(r.rc, "cannot begin a read");
+  MDB_cursor* cursor = nullptr;
+  int rc = mdb_cursor_open(r.txn, impl_->dbi[static_cast<int>(t)], &cursor);
+  if (rc != 0) return from_lmdb(rc, "cannot open a cursor");
+  MDB_val k, v;
+  rc = mdb_cursor_get(cursor, &k, &v, MDB_LAST);
+  if (rc == 0) key.assign(as_view(k));
+  mdb_cursor_close(cursor);
+  return from_lmdb(rc, std::string("last key of ") + table_name(t));
+}
+
+commit_stats store::stats() const {
+  return {impl_->commits.load(std::memory_order_relaxed), impl_->batches.load(std::memory_order_relaxed)};
+}
+
+}  // namespace escrow::storage

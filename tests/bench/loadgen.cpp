@@ -1,0 +1,894 @@
+// loadgen: the STOMP 1.2 load generator that scripts/bench drives. It measures Escrow from the
+// outside, over real TCP connections, the way an application sees it:
+//
+//   run    consumers subscribe, then producers send; measures the send rate (first SEND to last
+//          RECEIPT), the end-to-end rate (first SEND to last MESSAGE received), the send-to-receipt
+//          latency (p50/p99: with persistent messages this is the cost of one durable group
+//          commit), and checks that every message arrived exactly once.
+//   fill   producers only: loads a backlog into a queue (send rate and receipt latency).
+//   drain  consumers only: reads --count messages back (drain rate) and checks that each
+//          producer's sequence has no gaps or duplicates within what was received.
+//   fsync  no broker: the disk's floor, 4 KiB pwrite + fdatasync in a loop, the price of one
+//          durable point that group commit amortises.
+//   probe  connects until the broker answers CONNECTED (used to time a restart).
+//
+// One TCP connection per producer and per consumer, one std::thread each, plain blocking POSIX
+// sockets; every thread owns its socket and its frame_parser. Times are taken with steady_clock.
+// The last line that starts with "RESULT " is machine-readable (key=value pairs).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "escrow/frame.h"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using time_point = clock_type::time_point;
+using namespace std::chrono_literals;
+
+// ---------------------------------------------------------------------------------------------
+// Options
+
+struct options {
+  std::string mode = "run";
+  std::string host = "127.0.0.1";
+  int port = 61613;
+  int producers = 1;
+  int consumers = 1;
+  std::uint64_t count = 10000;  // per producer (run, fill); in total (drain)
+  std::size_t body_size = 1024;
+  bool persistent = true;
+  std::uint32_t window = 64;  // receipts in flight per producer; 0 = fire-and-forget
+  std::string ack = "client-individual";
+  std::uint32_t prefetch = 1000;
+  std::string queue = "bench";
+  std::string dir = ".";
+  double seconds = 3;
+  double timeout = 30;  // seconds without progress before giving up
+};
+
+void usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s [options]\n"
+               "  --mode run|fill|drain|fsync|probe   (run)\n"
+               "  --host ADDR                         (127.0.0.1)\n"
+               "  --port N                            (61613)\n"
+               "  --producers N                       (1)\n"
+               "  --consumers M                       (1)\n"
+               "  --count N      messages per producer; in drain mode, in total (10000).\n"
+               "                 drain checks gaps reliably when it drains the whole queue: when it\n"
+               "                 stops early, messages still in flight to another consumer look missing\n"
+               "  --body-size B  bytes per message body (1024)\n"
+               "  --persistent true|false             (true)\n"
+               "  --window W     un-receipted SENDs in flight per producer; 0 = no receipts (64)\n"
+               "  --ack auto|client|client-individual (client-individual)\n"
+               "  --prefetch P   SUBSCRIBE prefetch-count (1000)\n"
+               "  --queue NAME   destination /queue/NAME (bench)\n"
+               "  --timeout S    seconds without progress before giving up (30)\n"
+               "  --dir D        fsync mode: directory of the test file (.)\n"
+               "  --seconds S    fsync mode: duration (3)\n",
+               argv0);
+}
+
+template <typename T>
+bool parse_number(std::string_view text, T& out) {
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+bool parse_seconds(const std::string& text, double& out) {
+  char* end = nullptr;
+  out = std::strtod(text.c_str(), &end);
+  return !text.empty() && end == text.c_str() + text.size() && out >= 0;
+}
+
+std::optional<options> parse_options(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view name = argv[i];
+    if (name == "-h" || name == "--help") return std::nullopt;
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "loadgen: %s needs a value\n", argv[i]);
+      return std::nullopt;
+    }
+    std::string value = argv[++i];
+    bool ok = true;
+    if (name == "--mode") {
+      o.mode = value;
+      ok = value == "run" || value == "fill" || value == "drain" || value == "fsync" || value == "probe";
+    } else if (name == "--host") {
+      o.host = value;
+    } else if (name == "--port") {
+      ok = parse_number(value, o.port) && o.port > 0 && o.port < 65536;
+    } else if (name == "--producers") {
+      ok = parse_number(value, o.producers) && o.producers >= 0;
+    } else if (name == "--consumers") {
+      ok = parse_number(value, o.consumers) && o.consumers >= 0;
+    } else if (name == "--count") {
+      ok = parse_number(value, o.count);
+    } else if (name == "--body-size") {
+      ok = parse_number(value, o.body_size);
+    } else if (name == "--persistent") {
+      ok = value == "true" || value == "false";
+      o.persistent = value == "true";
+    } else if (name == "--window") {
+      ok = parse_number(value, o.window);
+    } else if (name == "--ack") {
+      o.ack = value;
+      ok = value == "auto" || value == "client" || value == "client-individual";
+    } else if (name == "--prefetch") {
+      ok = parse_number(value, o.prefetch) && o.prefetch > 0;
+    } else if (name == "--queue") {
+      o.queue = value;
+      ok = !value.empty();
+    } else if (name == "--dir") {
+      o.dir = value;
+    } else if (name == "--seconds") {
+      ok = parse_seconds(value, o.seconds);
+    } else if (name == "--timeout") {
+      ok = parse_seconds(value, o.timeout);
+    } else {
+      std::fprintf(stderr, "loadgen: unknown option %s\n", argv[i - 1]);
+      return std::nullopt;
+    }
+    if (!ok) {
+      std::fprintf(stderr, "loadgen: bad value '%s' for %s\n", value.c_str(), argv[i - 1]);
+      return std::nullopt;
+    }
+  }
+  return o;
+}
+
+double seconds_between(time_point a, time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+std::int64_t micros(clock_type::duration d) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+}
+
+// The q-th quantile (0..1) of `v`, which it sorts; 0 when empty.
+std::int64_t quantile(std::vector<std::int64_t>& v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  std::size_t i = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+// ---------------------------------------------------------------------------------------------
+// One STOMP connection, owned by one thread.
+
+class stomp_connection {
+ public:
+  stomp_connection() = default;
+  stomp_connection(const stomp_connection&) = delete;
+  stomp_connection& operator=(const stomp_connection&) = delete;
+  ~stomp_connection() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  // TCP connect, CONNECT, wait for CONNECTED. On failure returns false and sets error().
+  bool open(const options& o, double timeout_s) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    std::string port = std::to_string(o.port);
+    if (int rc = ::getaddrinfo(o.host.c_str(), port.c_str(), &hints, &res); rc != 0) {
+      error_ = std::string("cannot resolve ") + o.host + ": " + ::gai_strerror(rc);
+      return false;
+    }
+    for (addrinfo* a = res; a; a = a->ai_next) {
+      fd_ = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd_ < 0) continue;
+      if (::connect(fd_, a->ai_addr, a->ai_addrlen) == 0) break;
+      ::close(fd_);
+      fd_ = -1;
+    }
+    ::freeaddrinfo(res);
+    if (fd_ < 0) {
+      error_ = "cannot connect to " + o.host + ":" + port + ": " + std::strerror(errno);
+      return false;
+    }
+    int one = 1;
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+
+    escrow::frame connect;
+    connect.command = "CONNECT";
+    connect.add("accept-version", "1.2").add("host", "localhost").add("heart-beat", "0,0");
+    if (!send(connect)) return false;
+    auto f = next(clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
+                                          std::chrono::duration<double>(timeout_s)));
+    if (!f) {
+      if (error_.empty()) error_ = "no CONNECTED within the timeout";
+      return false;
+    }
+    if (f->command != "CONNECTED") {
+      error_ = "expected CONNECTED, got " + describe(*f);
+      return false;
+    }
+    return true;
+  }
+
+  bool send(const escrow::frame& f) {
+    std::string out;
+    escrow::encode_to(out, f);
+    return write_all(out);
+  }
+
+  bool write_all(std::string_view data) {
+    while (!data.empty()) {
+      ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        error_ = std::string("send failed: ") + std::strerror(errno);
+        return false;
+      }
+      data.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+
+  // The next frame, waiting until `deadline`. nullopt on timeout (error() empty) or on a broken
+  // connection or protocol error (error() says which).
+  std::optional<escrow::frame> next(time_point deadline) {
+    while (ready_.empty()) {
+      auto left = deadline - clock_type::now();
+      int ms = left <= 0ns ? 0 : static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+      pollfd p{fd_, POLLIN, 0};
+      int rc = ::poll(&p, 1, ms);
+      if (rc < 0 && errno == EINTR) continue;
+      if (rc < 0) {
+        error_ = std::string("poll failed: ") + std::strerror(errno);
+        return std::nullopt;
+      }
+      if (rc == 0) return std::nullopt;
+      if (!read_some(false)) return std::nullopt;
+    }
+    return pop();
+  }
+
+  // A frame that has already arrived, without blocking; nullopt if none (check error()).
+  std::optional<escrow::frame> poll_now() {
+    if (ready_.empty() && !read_some(true)) return std::nullopt;
+    return pop_parsed();
+  }
+
+  // A frame already parsed from what earlier reads brought; never touches the socket.
+  std::optional<escrow::frame> pop_parsed() {
+    if (ready_.empty()) return std::nullopt;
+    return pop();
+  }
+
+  bool broken() const { return !error_.empty(); }
+  const std::string& error() const { return error_; }
+
+  static std::string describe(const escrow::frame& f) {
+    std::string s = f.command;
+    if (const std::string* m = f.find("message")) s += " (" + *m + ")";
+    if (f.command == "ERROR" && !f.body.empty()) s += ": " + f.body.substr(0, 200);
+    return s;
+  }
+
+ private:
+  escrow::frame pop() {
+    escrow::frame f = std::move(ready_.front());
+    ready_.pop_front();
+    return f;
+  }
+
+  // Reads what the socket has (one recv); parses every complete frame in it. With `nonblocking`,
+  // returns true with nothing read when the socket has nothing.
+  bool read_some(bool nonblocking) {
+    char buf[64 * 1024];
+    ssize_t n;
+    do {
+      n = ::recv(fd_, buf, sizeof buf, nonblocking ? MSG_DONTWAIT : 0);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+      if (nonblocking && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      error_ = std::string("recv failed: ") + std::strerror(errno);
+      return false;
+    }
+    if (n == 0) {
+      error_ = "the broker closed the connection";
+      return false;
+    }
+    scratch_.clear();
+    if (!parser_.feed(std::string_view(buf, static_cast<std::size_t>(n)), scratch_)) {
+      error_ = "bad frame from the broker: " + parser_.error();
+      return false;
+    }
+    for (auto& f : scratch_) ready_.push_back(std::move(f));
+    return true;
+  }
+
+  int fd_ = -1;
+  escrow::frame_parser parser_;
+  std::vector<escrow::frame> scratch_;
+  std::deque<escrow::frame> ready_;
+  std::string error_;
+};
+
+// DISCONNECT with a receipt, so that every frame sent before it has been processed (and the acks
+// made durable) before we close. Frames that arrive in between are dropped.
+void disconnect(stomp_connection& c, double timeout_s) {
+  if (c.broken()) return;
+  escrow::frame d;
+  d.command = "DISCONNECT";
+  d.add("receipt", "bye");
+  if (!c.send(d)) return;
+  auto deadline = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(timeout_s));
+  while (auto f = c.next(deadline))
+    if (f->command == "RECEIPT" && f->get("receipt-id") == "bye") return;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared state of a run
+
+struct shared_state {
+  std::atomic<bool> go{false};           // producers start sending
+  std::atomic<bool> stop{false};         // consumers stop
+  std::atomic<std::uint64_t> received{0};  // MESSAGE frames so far, all consumers
+  std::atomic<int> subscribed{0};        // consumers whose SUBSCRIBE has been confirmed
+  std::atomic<int> producers_done{0};
+  std::atomic<bool> failed{false};       // some connection failed
+  std::mutex log_mutex;
+  time_point t0;                         // set before go
+
+  void complain(const std::string& who, const std::string& what) {
+    std::lock_guard lock(log_mutex);
+    std::fprintf(stderr, "loadgen: %s: %s\n", who.c_str(), what.c_str());
+    failed = true;
+  }
+};
+
+struct producer_result {
+  std::uint64_t sent = 0;
+  std::uint64_t receipted = 0;
+  time_point first_send{};
+  time_point last_send{};
+  time_point last_receipt{};
+  std::vector<std::int64_t> latency_us;  // send-to-receipt, one per receipted SEND
+};
+
+struct consumer_result {
+  std::vector<std::uint64_t> got;  // (producer << 32) | seq, in arrival order
+  std::uint64_t unparsable = 0;
+  std::uint64_t out_of_order = 0;  // a producer's sequence going backwards on this connection
+  time_point last_message{};
+};
+
+// ---------------------------------------------------------------------------------------------
+// Producer
+
+void run_producer(const options& o, int index, shared_state& st, producer_result& r) {
+  std::string who = "producer " + std::to_string(index);
+  stomp_connection c;
+  if (!c.open(o, o.timeout)) {
+    st.complain(who, c.error());
+    ++st.producers_done;
+    return;
+  }
+  while (!st.go.load()) std::this_thread::sleep_for(1ms);
+
+  const std::string destination = "/queue/" + o.queue;
+  const std::string padding(o.body_size, 'x');
+  std::vector<time_point> sent_at(o.window > 0 ? o.count : 0);
+  std::uint64_t outstanding = 0;
+  r.latency_us.reserve(o.window > 0 ? o.count : 0);
+  std::string wire;
+  auto timeout = std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.timeout));
+
+  // Handles one frame from the broker: a RECEIPT closes an outstanding SEND.
+  auto handle = [&](const escrow::frame& f) -> bool {
+    if (f.command != "RECEIPT") {
+      st.complain(who, "unexpected " + stomp_connection::describe(f));
+      return false;
+    }
+    std::string_view id = f.get("receipt-id");
+    std::uint64_t seq = 0;
+    if (id.size() < 2 || id[0] != 's' || !parse_number(id.substr(1), seq) || seq >= sent_at.size() ||
+        sent_at[seq] == time_point{}) {
+      st.complain(who, "RECEIPT for an unknown receipt-id '" + std::string(id) + "'");
+      return false;
+    }
+    auto now = clock_type::now();
+    r.latency_us.push_back(micros(now - sent_at[seq]));
+    sent_at[seq] = time_point{};
+    r.last_receipt = now;
+    ++r.receipted;
+    --outstanding;
+    return true;
+  };
+  // Waits for one frame (a receipt, normally), at most the timeout.
+  auto wait_one = [&]() -> bool {
+    auto f = c.next(clock_type::now() + timeout);
+    if (!f) {
+      st.complain(who, c.broken() ? c.error()
+                                  : "stalled: no RECEIPT for " + std::to_string(o.timeout) + " s with " +
+                                        std::to_string(outstanding) + " SENDs outstanding");
+      return false;
+    }
+    return handle(*f);
+  };
+
+  bool ok = true;
+  for (std::uint64_t seq = 0; seq < o.count && ok; ++seq) {
+    while (o.window > 0 && outstanding >= o.window && ok) ok = wait_one();
+    if (!ok) break;
+    escrow::frame f;
+    f.command = "SEND";
+    std::string prefix = "p" + std::to_string(index) + "-" + std::to_string(seq) + "|";
+    f.body = prefix;
+    if (prefix.size() < o.body_size) f.body.append(padding, 0, o.body_size - prefix.size());
+    f.add("destination", destination);
+    f.add("persistent", o.persistent ? "true" : "false");
+    f.add("content-length", std::to_string(f.body.size()));
+    if (o.window > 0) f.add("receipt", "s" + std::to_string(seq));
+    wire.clear();
+    escrow::encode_to(wire, f);
+    auto now = clock_type::now();
+    if (seq == 0) r.first_send = now;
+    if (o.window > 0) sent_at[seq] = now;
+    if (!c.write_all(wire)) {
+      st.complain(who, c.error());
+      ok = false;
+      break;
+    }
+    r.last_send = clock_type::now();
+    ++r.sent;
+    if (o.window > 0) {
+      ++outstanding;
+      // Take receipts as soon as they are here, so their latency is not inflated by our sending.
+      while (ok) {
+        auto g = c.poll_now();
+        if (!g) {
+          if (c.broken()) {
+            st.complain(who, c.error());
+            ok = false;
+          }
+          break;
+        }
+        ok = handle(*g);
+      }
+    }
+  }
+  while (ok && outstanding > 0) ok = wait_one();
+  if (ok) disconnect(c, o.timeout);
+  ++st.producers_done;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Consumer
+
+// "p<producer>-<seq>|..." -> (producer, seq)
+bool parse_body(std::string_view body, std::uint32_t& producer, std::uint32_t& seq) {
+  if (body.empty() || body[0] != 'p') return false;
+  auto dash = body.find('-');
+  auto bar = body.find('|');
+  if (dash == std::string_view::npos || bar == std::string_view::npos || bar < dash) return false;
+  return parse_number(body.substr(1, dash - 1), producer) && parse_number(body.substr(dash + 1, bar - dash - 1), seq);
+}
+
+void run_consumer(const options& o, int index, shared_state& st, consumer_result& r) {
+  std::string who = "consumer " + std::to_string(index);
+  stomp_connection c;
+  if (!c.open(o, o.timeout)) {
+    st.complain(who, c.error());
+    ++st.subscribed;
+    return;
+  }
+  escrow::frame sub;
+  sub.command = "SUBSCRIBE";
+  sub.add("id", "0").add("destination", "/queue/" + o.queue).add("ack", o.ack);
+  sub.add("prefetch-count", std::to_string(o.prefetch)).add("receipt", "sub");
+  if (!c.send(sub)) {
+    st.complain(who, c.error());
+    ++st.subscribed;
+    return;
+  }
+  const bool acking = o.ack != "auto";
+  std::map<std::uint32_t, std::uint32_t> last_seq;  // per producer, on this connection
+  std::string acks;
+  bool confirmed = false;
+  const auto started = clock_type::now();
+  while (!st.stop.load()) {
+    auto f = c.next(clock_type::now() + 50ms);
+    if (!f) {
+      if (c.broken()) {
+        st.complain(who, c.error());
+        break;
+      }
+      if (!confirmed && seconds_between(started, clock_type::now()) > o.timeout) {
+        st.complain(who, "no RECEIPT for SUBSCRIBE within the timeout");
+        break;
+      }
+      continue;
+    }
+    // Handle this frame and the others parsed from the same read, then send their ACKs in one
+    // write (one ACK frame per message all the same).
+    acks.clear();
+    for (; f; f = c.pop_parsed()) {
+      if (f->command == "RECEIPT" && f->get("receipt-id") == "sub") {
+        confirmed = true;
+        ++st.subscribed;
+        continue;
+      }
+      if (f->command != "MESSAGE") {
+        st.complain(who, "unexpected " + stomp_connection::describe(*f));
+        st.stop = true;
+        break;
+      }
+      r.last_message = clock_type::now();
+      std::uint32_t producer = 0, seq = 0;
+      if (parse_body(f->body, producer, seq)) {
+        r.got.push_back(static_cast<std::uint64_t>(producer) << 32 | seq);
+        auto [it, fresh] = last_seq.try_emplace(producer, seq);
+        if (!fresh) {
+          if (seq < it->second) ++r.out_of_order;
+          it->second = seq;
+        }
+      } else {
+        ++r.unparsable;
+      }
+      if (acking) {
+        escrow::frame ack;
+        ack.command = "ACK";
+        ack.add("id", std::string(f->get("ack")));
+        escrow::encode_to(acks, ack);
+      }
+      ++st.received;
+    }
+    if (c.broken()) {
+      st.complain(who, c.error());
+      break;
+    }
+    if (!acks.empty() && !c.write_all(acks)) {
+      st.complain(who, c.error());
+      break;
+    }
+  }
+  if (!confirmed) ++st.subscribed;  // do not leave the main thread waiting
+  disconnect(c, o.timeout);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checking what arrived
+
+struct tally {
+  std::uint64_t unique = 0;
+  std::uint64_t duplicates = 0;
+  std::uint64_t missing = 0;  // run: of what was sent; drain: gaps within each producer's range
+  std::uint64_t unparsable = 0;
+  std::uint64_t out_of_order = 0;
+  std::vector<std::string> examples;  // a few missing / duplicated messages, for the report
+};
+
+// `sent_per_producer` empty: drain mode, each producer's expected range is 0..highest seq seen.
+tally check(const std::vector<consumer_result>& consumers, const std::vector<std::uint64_t>& sent_per_producer) {
+  std::map<std::uint32_t, std::vector<std::uint8_t>> seen;
+  tally t;
+  for (std::size_t p = 0; p < sent_per_producer.size(); ++p)
+    seen[static_cast<std::uint32_t>(p)].assign(sent_per_producer[p], 0);
+  for (const auto& c : consumers) {
+    t.unparsable += c.unparsable;
+    t.out_of_order += c.out_of_order;
+    for (std::uint64_t v : c.got) {
+      auto producer = static_cast<std::uint32_t>(v >> 32);
+      auto seq = static_cast<std::uint32_t>(v);
+      auto& marks = seen[producer];
+      if (seq >= marks.size()) {
+        if (!sent_per_producer.empty()) {  // never sent: count it as a duplicate of nothing
+          ++t.duplicates;
+          if (t.examples.size() < 5) t.examples.push_back("unexpected p" + std::to_string(producer) + "-" + std::to_string(seq));
+          continue;
+        }
+        marks.resize(seq + 1, 0);
+      }
+      if (marks[seq]++ == 0) {
+        ++t.unique;
+      } else {
+        ++t.duplicates;
+        if (t.examples.size() < 5) t.examples.push_back("duplicate p" + std::to_string(producer) + "-" + std::to_string(seq));
+      }
+    }
+  }
+  for (const auto& [producer, marks] : seen)
+    for (std::size_t seq = 0; seq < marks.size(); ++seq)
+      if (marks[seq] == 0) {
+        ++t.missing;
+        if (t.examples.size() < 10) t.examples.push_back("missing p" + std::to_string(producer) + "-" + std::to_string(seq));
+      }
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Modes
+
+struct producer_summary {
+  std::uint64_t sent = 0;
+  std::uint64_t receipted = 0;
+  time_point end{};  // last receipt or last send
+  std::int64_t p50 = 0, p99 = 0;
+};
+
+producer_summary summarize(std::vector<producer_result>& results, const options& o) {
+  producer_summary s;
+  std::vector<std::int64_t> all;
+  for (auto& r : results) {
+    s.sent += r.sent;
+    s.receipted += r.receipted;
+    s.end = std::max({s.end, r.last_send, r.last_receipt});
+    all.insert(all.end(), r.latency_us.begin(), r.latency_us.end());
+  }
+  if (o.window > 0) {
+    s.p50 = quantile(all, 0.50);
+    s.p99 = quantile(all, 0.99);
+  }
+  return s;
+}
+
+double rate(std::uint64_t n, time_point from, time_point to) {
+  double s = seconds_between(from, to);
+  return s > 0 ? static_cast<double>(n) / s : 0.0;
+}
+
+// Waits until every consumer has its subscription confirmed (or failed).
+void wait_subscribed(const options& o, shared_state& st) {
+  while (st.subscribed.load() < o.consumers) std::this_thread::sleep_for(1ms);
+}
+
+// Stops the consumers when `expected` messages have arrived, or when nothing has arrived for the
+// timeout once the producers are done (`producers_running` says whether they still are).
+void wait_consumers(const options& o, shared_state& st, std::uint64_t expected, bool producers_running) {
+  std::uint64_t last_count = st.received.load();
+  auto last_progress = clock_type::now();
+  auto timeout = std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.timeout));
+  while (!st.stop.load()) {
+    std::this_thread::sleep_for(5ms);
+    std::uint64_t n = st.received.load();
+    auto now = clock_type::now();
+    if (n != last_count) {
+      last_count = n;
+      last_progress = now;
+    }
+    bool producing = producers_running && st.producers_done.load() < o.producers;
+    if (producing) last_progress = now;
+    if (n >= expected) {
+      // A short grace to catch duplicates that trail the last expected message.
+      std::this_thread::sleep_for(200ms);
+      break;
+    }
+    if (now - last_progress > timeout) {
+      std::fprintf(stderr, "loadgen: no message for %.0f s with %llu of %llu received; giving up\n", o.timeout,
+                   static_cast<unsigned long long>(n), static_cast<unsigned long long>(expected));
+      break;
+    }
+  }
+  st.stop = true;
+}
+
+int mode_run_or_fill(const options& o) {
+  const bool run = o.mode == "run";
+  const int consumers = run ? o.consumers : 0;
+  shared_state st;
+  std::vector<producer_result> presults(static_cast<std::size_t>(o.producers));
+  std::vector<consumer_result> cresults(static_cast<std::size_t>(consumers));
+  std::vector<std::thread> threads;
+  options copt = o;
+  copt.consumers = consumers;
+  for (int i = 0; i < consumers; ++i)
+    threads.emplace_back(run_consumer, std::cref(copt), i, std::ref(st), std::ref(cresults[static_cast<std::size_t>(i)]));
+  wait_subscribed(copt, st);
+  for (int i = 0; i < o.producers; ++i)
+    threads.emplace_back(run_producer, std::cref(o), i, std::ref(st), std::ref(presults[static_cast<std::size_t>(i)]));
+  // Producers connect first; then all start together.
+  std::this_thread::sleep_for(50ms);
+  st.t0 = clock_type::now();
+  st.go = true;
+  const std::uint64_t expected = o.count * static_cast<std::uint64_t>(o.producers);
+  if (consumers > 0) {
+    wait_consumers(copt, st, expected, true);
+  }
+  for (auto& t : threads) t.join();
+  auto end_all = clock_type::now();
+
+  producer_summary ps = summarize(presults, o);
+  time_point first_send = time_point::max();
+  for (auto& r : presults)
+    if (r.first_send != time_point{}) first_send = std::min(first_send, r.first_send);
+  if (first_send == time_point::max()) first_send = st.t0;
+  double send_rate = rate(ps.sent, first_send, ps.end);
+  double elapsed = seconds_between(st.t0, end_all);
+
+  if (!run) {
+    std::printf("fill: %llu of %llu sent to /queue/%s (%s, %zu B, window %u), %llu receipted; %.0f msgs/s; "
+                "send-to-receipt p50 %lld us, p99 %lld us; %.2f s\n",
+                static_cast<unsigned long long>(ps.sent), static_cast<unsigned long long>(expected), o.queue.c_str(),
+                o.persistent ? "persistent" : "non-persistent", o.body_size, o.window,
+                static_cast<unsigned long long>(ps.receipted), send_rate, static_cast<long long>(ps.p50),
+                static_cast<long long>(ps.p99), elapsed);
+    std::printf("RESULT mode=fill sent=%llu receipted=%llu send_rate=%.1f p50_us=%lld p99_us=%lld elapsed_s=%.3f\n",
+                static_cast<unsigned long long>(ps.sent), static_cast<unsigned long long>(ps.receipted), send_rate,
+                static_cast<long long>(ps.p50), static_cast<long long>(ps.p99), elapsed);
+    bool complete = ps.sent == expected && (o.window == 0 || ps.receipted == ps.sent);
+    return complete && !st.failed ? 0 : 1;
+  }
+
+  std::vector<std::uint64_t> sent_per_producer;
+  for (auto& r : presults) sent_per_producer.push_back(r.sent);
+  tally t = check(cresults, sent_per_producer);
+  time_point last_message{};
+  std::uint64_t received = 0;
+  for (auto& c : cresults) {
+    last_message = std::max(last_message, c.last_message);
+    received += c.got.size() + c.unparsable;
+  }
+  double e2e_rate = last_message == time_point{} ? 0.0 : rate(t.unique, first_send, last_message);
+
+  std::printf("run: %d producer(s) x %llu, %d consumer(s), /queue/%s, %s, %zu B, window %u, ack %s, prefetch %u\n",
+              o.producers, static_cast<unsigned long long>(o.count), consumers, o.queue.c_str(),
+              o.persistent ? "persistent" : "non-persistent", o.body_size, o.window, o.ack.c_str(), o.prefetch);
+  std::printf("  sent %llu (receipted %llu), received %llu: %llu duplicate(s), %llu missing, %llu unparsable, "
+              "%llu out of order on a connection\n",
+              static_cast<unsigned long long>(ps.sent), static_cast<unsigned long long>(ps.receipted),
+              static_cast<unsigned long long>(received), static_cast<unsigned long long>(t.duplicates),
+              static_cast<unsigned long long>(t.missing), static_cast<unsigned long long>(t.unparsable),
+              static_cast<unsigned long long>(t.out_of_order));
+  std::printf("  send %.0f msgs/s, end-to-end %.0f msgs/s", send_rate, e2e_rate);
+  if (o.window > 0)
+    std::printf(", send-to-receipt p50 %lld us, p99 %lld us", static_cast<long long>(ps.p50), static_cast<long long>(ps.p99));
+  std::printf(", %.2f s\n", elapsed);
+  for (const auto& e : t.examples) std::printf("  %s\n", e.c_str());
+  std::printf("RESULT mode=run sent=%llu received=%llu duplicates=%llu missing=%llu send_rate=%.1f e2e_rate=%.1f "
+              "p50_us=%lld p99_us=%lld elapsed_s=%.3f out_of_order=%llu\n",
+              static_cast<unsigned long long>(ps.sent), static_cast<unsigned long long>(received),
+              static_cast<unsigned long long>(t.duplicates), static_cast<unsigned long long>(t.missing), send_rate,
+              e2e_rate, static_cast<long long>(ps.p50), static_cast<long long>(ps.p99), elapsed,
+              static_cast<unsigned long long>(t.out_of_order));
+  bool ok = !st.failed && t.missing == 0 && t.duplicates == 0 && t.unparsable == 0 && ps.sent == expected;
+  return ok ? 0 : 1;
+}
+
+int mode_drain(const options& o) {
+  shared_state st;
+  std::vector<consumer_result> cresults(static_cast<std::size_t>(o.consumers));
+  std::vector<std::thread> threads;
+  st.t0 = clock_type::now();
+  for (int i = 0; i < o.consumers; ++i)
+    threads.emplace_back(run_consumer, std::cref(o), i, std::ref(st), std::ref(cresults[static_cast<std::size_t>(i)]));
+  wait_consumers(o, st, o.count, false);
+  for (auto& t : threads) t.join();
+  auto end_all = clock_type::now();
+
+  tally t = check(cresults, {});
+  time_point last_message{};
+  std::uint64_t received = 0;
+  for (auto& c : cresults) {
+    last_message = std::max(last_message, c.last_message);
+    received += c.got.size() + c.unparsable;
+  }
+  double drain_rate = last_message == time_point{} ? 0.0 : rate(received, st.t0, last_message);
+  double elapsed = seconds_between(st.t0, end_all);
+  std::printf("drain: %llu of %llu received from /queue/%s by %d consumer(s) (ack %s, prefetch %u): %llu duplicate(s), "
+              "%llu gap(s), %llu out of order on a connection; %.0f msgs/s; %.2f s\n",
+              static_cast<unsigned long long>(received), static_cast<unsigned long long>(o.count), o.queue.c_str(),
+              o.consumers, o.ack.c_str(), o.prefetch, static_cast<unsigned long long>(t.duplicates),
+              static_cast<unsigned long long>(t.missing), static_cast<unsigned long long>(t.out_of_order), drain_rate,
+              elapsed);
+  for (const auto& e : t.examples) std::printf("  %s\n", e.c_str());
+  std::printf("RESULT mode=drain received=%llu duplicates=%llu missing=%llu drain_rate=%.1f elapsed_s=%.3f "
+              "out_of_order=%llu\n",
+              static_cast<unsigned long long>(received), static_cast<unsigned long long>(t.duplicates),
+              static_cast<unsigned long long>(t.missing), drain_rate, elapsed,
+              static_cast<unsigned long long>(t.out_of_order));
+  bool ok = !st.failed && received >= o.count && t.duplicates == 0 && t.missing == 0 && t.unparsable == 0;
+  return ok ? 0 : 1;
+}
+
+int mode_fsync(const options& o) {
+  std::string path = o.dir + "/loadgen-fsync-" + std::to_string(::getpid()) + ".tmp";
+  int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    std::fprintf(stderr, "loadgen: cannot create %s: %s\n", path.c_str(), std::strerror(errno));
+    return 1;
+  }
+  alignas(4096) static char block[4096];
+  std::memset(block, 'f', sizeof block);
+  std::vector<std::int64_t> latency_us;
+  auto start = clock_type::now();
+  auto until = start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.seconds));
+  int rc = 0;
+  do {
+    auto before = clock_type::now();
+    if (::pwrite(fd, block, sizeof block, 0) != static_cast<ssize_t>(sizeof block) || ::fdatasync(fd) != 0) {
+      std::fprintf(stderr, "loadgen: write/fdatasync of %s failed: %s\n", path.c_str(), std::strerror(errno));
+      rc = 1;
+      break;
+    }
+    latency_us.push_back(micros(clock_type::now() - before));
+  } while (clock_type::now() < until);
+  double elapsed = seconds_between(start, clock_type::now());
+  ::close(fd);
+  ::unlink(path.c_str());
+  std::size_t n = latency_us.size();
+  double per_s = elapsed > 0 ? static_cast<double>(n) / elapsed : 0;
+  std::int64_t p50 = quantile(latency_us, 0.50), p99 = quantile(latency_us, 0.99);
+  std::printf("fsync: %zu x (4 KiB pwrite + fdatasync) in %s over %.2f s: %.0f/s, p50 %lld us, p99 %lld us\n", n,
+              o.dir.c_str(), elapsed, per_s, static_cast<long long>(p50), static_cast<long long>(p99));
+  std::printf("RESULT mode=fsync fsync_per_s=%.1f p50_us=%lld p99_us=%lld count=%zu elapsed_s=%.3f\n", per_s,
+              static_cast<long long>(p50), static_cast<long long>(p99), n, elapsed);
+  return rc;
+}
+
+// Tries to connect (and get CONNECTED) until it works or the timeout passes.
+int mode_probe(const options& o) {
+  auto start = clock_type::now();
+  auto until = start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.timeout));
+  std::string last_error;
+  int attempts = 0;
+  while (clock_type::now() < until) {
+    ++attempts;
+    stomp_connection c;
+    if (c.open(o, 5)) {
+      disconnect(c, 5);
+      double s = seconds_between(start, clock_type::now());
+      std::printf("RESULT mode=probe connected_after_s=%.4f attempts=%d\n", s, attempts);
+      return 0;
+    }
+    last_error = c.error();
+    std::this_thread::sleep_for(2ms);
+  }
+  std::fprintf(stderr, "loadgen: no CONNECTED within %.0f s (%d attempts): %s\n", o.timeout, attempts,
+               last_error.c_str());
+  std::printf("RESULT mode=probe connected_after_s=-1 attempts=%d\n", attempts);
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto o = parse_options(argc, argv);
+  if (!o) {
+    usage(argv[0]);
+    return 2;
+  }
+  if (o->mode == "fsync") return mode_fsync(*o);
+  if (o->mode == "probe") return mode_probe(*o);
+  if (o->mode == "drain") {
+    if (o->consumers < 1) {
+      std::fprintf(stderr, "loadgen: drain needs --consumers >= 1\n");
+      return 2;
+    }
+    return mode_drain(*o);
+  }
+  if (o->producers < 1 || (o->mode == "run" && o->consumers < 1)) {
+    std::fprintf(stderr, "loadgen: %s needs --producers >= 1%s\n", o->mode.c_str(),
+                 o->mode == "run" ? " and --consumers >= 1" : "");
+    return 2;
+  }
+  return mode_run_or_fill(*o);
+}

@@ -1,0 +1,670 @@
+"""Integration-test harness: a real escrowd process, python3-stomp clients and raw sockets.
+
+Run from the repository root with the Debian Python (it sees python3-stomp):
+
+    /usr/bin/python3 -m pytest -q tests/integration
+
+ESCROWD names the broker binary (default build/broker/escrowd); ESCROW_SANITIZED=1 (set by
+scripts/test for the sanitizer build) stretches every timeout.
+"""
+
+import itertools
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import stomp
+
+ROOT = Path(__file__).resolve().parents[2]
+ESCROWD = os.environ.get("ESCROWD", str(ROOT / "build" / "broker" / "escrowd"))
+if not os.path.isabs(ESCROWD):
+    ESCROWD = str(ROOT / ESCROWD)
+
+# Timeouts are generous (a loaded 2-core machine, sanitizer builds); the happy path never waits
+# for them because every wait polls for its condition.
+SLOW = 3.0 if os.environ.get("ESCROW_SANITIZED") else 1.0
+TIMEOUT = 15.0 * SLOW
+
+
+def unique(prefix="t"):
+    """A name no other test uses (queues, topics, subscriptions)."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+# --------------------------------------------------------------------------------------------
+# The broker process
+# --------------------------------------------------------------------------------------------
+
+_LISTENING = re.compile(rb"listening on 127\.0\.0\.1:(\d+)")
+
+
+class BrokerStartError(RuntimeError):
+    pass
+
+
+class Broker:
+    """One escrowd on a data directory; restart() brings it back on the same directory.
+
+    The output of every run is kept (self.log) and shown when a test fails.
+    """
+
+    def __init__(self, data_dir=None, config=None, args=(), workdir=None, listen=True):
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="escrow-it-"))
+        self.data_dir = Path(data_dir) if data_dir else self.workdir / "data"
+        self.config_path = None
+        if config is not None:
+            self.config_path = self.workdir / "escrowd.toml"
+            self.config_path.write_text(config)
+        self.args = list(args)
+        self.listen = listen
+        self.proc = None
+        self.port = None
+        self.runs = 0
+        self._lines = []  # (run number, bytes) of every output line
+        self._lock = threading.Lock()
+        self._reader = None
+        self.expect_exit = False  # set while we stop it on purpose
+
+    # -- process control -----------------------------------------------------------------------
+
+    def command(self):
+        cmd = [ESCROWD]
+        if self.listen:
+            cmd += ["--listen", "127.0.0.1:0"]
+        if self.data_dir is not None:
+            cmd += ["--data-dir", str(self.data_dir)]
+        if self.config_path is not None:
+            cmd += ["--config", str(self.config_path)]
+        return cmd + self.args
+
+    def start(self, timeout=None):
+        assert self.proc is None or self.proc.poll() is not None, "escrowd is already running"
+        timeout = timeout or TIMEOUT
+        self.runs += 1
+        run = self.runs
+        self.port = None
+        self.expect_exit = False
+        port_found = threading.Event()
+        ready = threading.Event()
+        self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, cwd=self.workdir)
+        proc = self.proc
+
+        def read():
+            for line in iter(proc.stdout.readline, b""):
+                with self._lock:
+                    self._lines.append((run, line))
+                m = _LISTENING.search(line)
+                if m and self.port is None:
+                    self.port = int(m.group(1))
+                    port_found.set()
+                if b"escrowd ready" in line:
+                    ready.set()
+            proc.stdout.close()
+            ready.set()  # unblock the waiter: the process is gone
+
+        self._reader = threading.Thread(target=read, name=f"escrowd-log-{run}", daemon=True)
+        self._reader.start()
+        ready.wait(timeout)
+        if proc.poll() is not None or not ready.is_set() or not port_found.is_set():
+            status = proc.poll()
+            if status is None:
+                self._kill_now()
+            raise BrokerStartError(f"escrowd did not become ready (exit status {status}); command "
+                                   f"{' '.join(self.command())}\n{self.log}")
+        return self
+
+    def _kill_now(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self._reader is not None:
+            self._reader.join(5)
+
+    def kill9(self):
+        """SIGKILL: no chance to flush or clean up; the process is reaped."""
+        assert self.running(), "escrowd is not running:\n" + self.log
+        self.expect_exit = True
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        self._reader.join(5)
+        return self.proc.returncode
+
+    def terminate(self, timeout=None):
+        """SIGTERM and wait; returns the exit status (SIGKILLs it if it does not stop in time)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.expect_exit = True
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout or TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self._kill_now()
+                raise AssertionError("escrowd did not stop within the timeout after SIGTERM:\n" + self.log)
+        self._reader.join(5)
+        return self.proc.returncode
+
+    def restart(self, kill=False):
+        """Stops it (SIGTERM, or SIGKILL with kill=True) and starts it again on the same data."""
+        if self.running():
+            if kill:
+                self.kill9()
+            else:
+                status = self.terminate()
+                assert status == 0, f"escrowd exited with {status} on SIGTERM:\n{self.log}"
+        return self.start()
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def close(self):
+        """Always reaps the process; safe to call twice."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.terminate()
+            except AssertionError:
+                pass
+        self._kill_now()
+
+    # -- output ----------------------------------------------------------------------------------
+
+    @property
+    def log(self):
+        with self._lock:
+            lines = list(self._lines)
+        out, last = [], None
+        for run, line in lines:
+            if run != last:
+                out.append(f"----- escrowd run {run} -----")
+                last = run
+            out.append(line.decode("utf-8", "replace").rstrip("\n"))
+        return "\n".join(out)
+
+    def log_contains(self, text):
+        return text in self.log
+
+    @property
+    def address(self):
+        return ("127.0.0.1", self.port)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        for i, b in enumerate(getattr(item, "_escrow_brokers", [])):
+            text = b.log
+            tail = "\n".join(text.splitlines()[-300:])
+            report.sections.append((f"escrowd #{i} output ({ESCROWD})", tail))
+
+
+@pytest.fixture
+def broker_factory(request, tmp_path):
+    """broker_factory(config=None, data_dir=None, args=(), start=True) -> Broker.
+
+    Every broker is stopped at the end of the test; one that died on its own, or that does not
+    exit 0 on SIGTERM, fails the test (a crash or a sanitizer report is a bug).
+    """
+    brokers = []
+    request.node._escrow_brokers = brokers
+    counter = itertools.count()
+
+    def make(config=None, data_dir=None, args=(), start=True, listen=True):
+        workdir = tmp_path / f"broker{next(counter)}"
+        workdir.mkdir()
+        b = Broker(data_dir=data_dir, config=config, args=args, workdir=workdir, listen=listen)
+        brokers.append(b)
+        if start:
+            b.start()
+        return b
+
+    yield make
+
+    problems = []
+    for b in brokers:
+        if b.proc is None:
+            continue
+        if b.proc.poll() is not None and not b.expect_exit:
+            problems.append(f"escrowd exited by itself with status {b.proc.returncode}")
+            b.close()
+            continue
+        if b.running():
+            status = b.terminate()
+            if status != 0:
+                problems.append(f"escrowd exited with status {status} on SIGTERM")
+        b.close()
+    if problems:
+        pytest.fail("; ".join(problems) + "\n" + "\n".join(b.log for b in brokers), pytrace=False)
+
+
+@pytest.fixture
+def broker(broker_factory):
+    """A fresh escrowd with an empty temporary data directory and the default configuration."""
+    return broker_factory()
+
+
+# --------------------------------------------------------------------------------------------
+# python3-stomp clients
+# --------------------------------------------------------------------------------------------
+
+class Collector(stomp.ConnectionListener):
+    """Keeps every MESSAGE, ERROR and RECEIPT (thread-safe) and lets a test wait for them."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.messages = []
+        self.errors = []
+        self.receipts = []
+        self.connected = None  # the CONNECTED frame
+        self.disconnected = False
+        self.heartbeats = 0
+
+    def on_connected(self, frame):
+        with self.cond:
+            self.connected = frame
+            self.cond.notify_all()
+
+    def on_message(self, frame):
+        with self.cond:
+            self.messages.append(frame)
+            self.cond.notify_all()
+
+    def on_error(self, frame):
+        with self.cond:
+            self.errors.append(frame)
+            self.cond.notify_all()
+
+    def on_receipt(self, frame):
+        with self.cond:
+            self.receipts.append(frame.headers.get("receipt-id"))
+            self.cond.notify_all()
+
+    def on_heartbeat(self):
+        with self.cond:
+            self.heartbeats += 1
+
+    def on_disconnected(self):
+        with self.cond:
+            self.disconnected = True
+            self.cond.notify_all()
+
+    def wait_for(self, predicate, timeout, what):
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while not predicate():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(
+                        f"timed out after {timeout:.0f} s waiting for {what}; have {len(self.messages)} "
+                        f"messages, errors {[dict(e.headers) for e in self.errors]}, "
+                        f"disconnected={self.disconnected}")
+                self.cond.wait(min(left, 0.5))
+
+
+class Client:
+    """A python3-stomp Connection12 with a Collector; helper methods wait for receipts."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, broker, headers=None, heartbeats=(0, 0), wait=True):
+        self.broker = broker
+        self.conn = stomp.Connection12([broker.address], heartbeats=heartbeats, reconnect_attempts_max=1,
+                                       timeout=TIMEOUT)
+        self.listener = Collector()
+        self.conn.set_listener("collector", self.listener)
+        self.name = f"c{next(self._ids)}"
+        self._receipts = itertools.count(1)
+        self.conn.connect(wait=False, headers=dict(headers or {}))
+        if wait:
+            self.listener.wait_for(lambda: self.listener.connected is not None or self.listener.errors
+                                   or self.listener.disconnected, TIMEOUT, "CONNECTED")
+            assert self.listener.connected is not None, \
+                f"no CONNECTED; errors {[dict(e.headers) for e in self.listener.errors]}"
+
+    # -- frames ----------------------------------------------------------------------------------
+
+    def new_receipt(self):
+        return f"{self.name}-r{next(self._receipts)}"
+
+    def wait_receipt(self, rid, timeout=None):
+        self.listener.wait_for(lambda: rid in self.listener.receipts or self.listener.errors
+                               or self.listener.disconnected, timeout or TIMEOUT, f"RECEIPT {rid}")
+        assert rid in self.listener.receipts, \
+            f"no RECEIPT {rid}; errors {[(dict(e.headers), e.body) for e in self.listener.errors]}"
+
+    def send(self, destination, body, headers=None, receipt=True, wait=True):
+        headers = dict(headers or {})
+        rid = None
+        if receipt:
+            rid = self.new_receipt()
+            headers["receipt"] = rid
+        self.conn.send(destination, body, headers=headers)
+        if rid and wait:
+            self.wait_receipt(rid)
+        return rid
+
+    def subscribe(self, destination, id=None, ack="auto", headers=None, receipt=True):
+        id = id or unique("sub")
+        headers = dict(headers or {})
+        rid = self.new_receipt() if receipt else None
+        if rid:
+            headers["receipt"] = rid
+        self.conn.subscribe(destination, id, ack=ack, headers=headers)
+        if rid:
+            self.wait_receipt(rid)
+        return id
+
+    def unsubscribe(self, id, headers=None, receipt=True):
+        headers = dict(headers or {})
+        rid = self.new_receipt() if receipt else None
+        if rid:
+            headers["receipt"] = rid
+        self.conn.unsubscribe(id, headers=headers)
+        if rid:
+            self.wait_receipt(rid)
+
+    def ack(self, msg, receipt=False):
+        ack_id = msg.headers["ack"] if hasattr(msg, "headers") else msg
+        rid = self.new_receipt() if receipt else None
+        self.conn.ack(ack_id, receipt=rid)
+        if rid:
+            self.wait_receipt(rid)
+
+    def nack(self, msg, receipt=False):
+        ack_id = msg.headers["ack"] if hasattr(msg, "headers") else msg
+        rid = self.new_receipt() if receipt else None
+        self.conn.nack(ack_id, receipt=rid)
+        if rid:
+            self.wait_receipt(rid)
+
+    def disconnect(self):
+        """DISCONNECT with a receipt: everything sent before it is done when this returns."""
+        if self.conn.is_connected():
+            rid = self.new_receipt()
+            self.conn.disconnect(receipt=rid)
+            # stomp.py waits for the receipt itself and then closes the socket.
+        self.close()
+
+    def drop(self):
+        """Closes the TCP connection without DISCONNECT (a crashed client)."""
+        self.conn.transport.disconnect_socket()
+        self.close()
+
+    def close(self):
+        try:
+            self.conn.transport.stop()
+        except Exception:
+            pass
+
+    # -- waiting ---------------------------------------------------------------------------------
+
+    @property
+    def messages(self):
+        with self.listener.cond:
+            return list(self.listener.messages)
+
+    @property
+    def errors(self):
+        with self.listener.cond:
+            return list(self.listener.errors)
+
+    def wait_messages(self, n, timeout=None, subscription=None):
+        """Waits until at least n messages (of one subscription, if given) arrived; returns them."""
+        def matching():
+            return [m for m in self.listener.messages
+                    if subscription is None or m.headers.get("subscription") == subscription]
+        self.listener.wait_for(lambda: len(matching()) >= n or self.listener.errors,
+                               timeout or TIMEOUT, f"{n} messages")
+        with self.listener.cond:
+            got = matching()
+        assert not self.listener.errors, f"ERROR frames: {[(dict(e.headers), e.body) for e in self.listener.errors]}"
+        return got
+
+    def wait_body(self, body, timeout=None):
+        """Waits until a message with this body arrived; returns every message so far."""
+        self.listener.wait_for(lambda: any(m.body == body for m in self.listener.messages) or self.listener.errors,
+                               timeout or TIMEOUT, f"message {body!r}")
+        assert not self.listener.errors, f"ERROR frames: {[(dict(e.headers), e.body) for e in self.listener.errors]}"
+        return self.messages
+
+    def wait_error(self, timeout=None):
+        self.listener.wait_for(lambda: self.listener.errors, timeout or TIMEOUT, "an ERROR frame")
+        return self.errors[0]
+
+    def wait_disconnected(self, timeout=None):
+        self.listener.wait_for(lambda: self.listener.disconnected, timeout or TIMEOUT, "the server to close")
+
+    def settle(self, count, seconds=0.4, subscription=None):
+        """Asserts that no more than `count` messages arrive within `seconds` (used where no
+        sentinel can prove absence, e.g. a full prefetch window)."""
+        time.sleep(seconds * SLOW)
+        got = [m for m in self.messages if subscription is None or m.headers.get("subscription") == subscription]
+        assert len(got) == count, f"expected {count} messages, got {len(got)}: {[m.body for m in got]}"
+
+
+@pytest.fixture
+def stomp_client(request):
+    """stomp_client(broker, headers=None, heartbeats=(0, 0)) -> Client; all closed at the end."""
+    clients = []
+
+    def make(broker, headers=None, heartbeats=(0, 0), wait=True):
+        c = Client(broker, headers=headers, heartbeats=heartbeats, wait=wait)
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        c.close()
+
+
+def drain(client, destination, sentinel_sender, ack="auto", headers=None, timeout=None):
+    """Subscribes `client` to `destination`, sends a sentinel through `sentinel_sender` and returns
+    the bodies received before the sentinel (in order). On a queue with one consumer, FIFO order
+    means everything stored before the sentinel has arrived once the sentinel has."""
+    sub = client.subscribe(destination, ack=ack, headers=headers)
+    sentinel = unique("sentinel")
+    sentinel_sender.send(destination, sentinel)
+    client.wait_body(sentinel, timeout=timeout)
+    msgs = [m for m in client.messages if m.headers.get("subscription") == sub]
+    bodies = [m.body for m in msgs]
+    assert bodies.count(sentinel) == 1
+    index = bodies.index(sentinel)
+    return msgs[:index], sub
+
+
+# --------------------------------------------------------------------------------------------
+# Raw sockets
+# --------------------------------------------------------------------------------------------
+
+class Frame:
+    def __init__(self, command, header_list, body):
+        self.command = command
+        self.header_list = header_list  # every (name, value) in order, unescaped
+        self.headers = {}
+        for k, v in header_list:
+            self.headers.setdefault(k, v)  # the first occurrence wins
+        self.body = body  # bytes
+
+    def __repr__(self):
+        return f"Frame({self.command!r}, {self.header_list!r}, {self.body[:200]!r})"
+
+
+_UNESCAPE = {b"\\r": b"\r", b"\\n": b"\n", b"\\c": b":", b"\\\\": b"\\"}
+
+
+def _unescape(raw):
+    return re.sub(rb"\\.", lambda m: _UNESCAPE.get(m.group(0), m.group(0)), raw)
+
+
+class Closed(Exception):
+    pass
+
+
+class RawStomp:
+    """A STOMP connection over a plain socket: send any bytes, read and roughly parse frames."""
+
+    def __init__(self, port, timeout=None):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout or TIMEOUT)
+        self.buf = b""
+        self.closed = False
+        self.eols = []  # monotonic arrival times of heart-beat EOLs between frames
+        self.raw = b""  # everything received
+
+    def send(self, data):
+        """Sends bytes; returns False if the server had already closed (EPIPE / reset)."""
+        if isinstance(data, str):
+            data = data.encode()
+        try:
+            self.sock.sendall(data)
+            return True
+        except (BrokenPipeError, ConnectionResetError):
+            return False
+
+    def _recv(self, timeout):
+        self.sock.settimeout(max(timeout, 0.001))
+        try:
+            data = self.sock.recv(65536)
+        except socket.timeout:
+            return None
+        except ConnectionResetError:
+            data = b""
+        if not data:
+            self.closed = True
+            return b""
+        self.raw += data
+        self.buf += data
+        return data
+
+    def _parse(self):
+        """One frame from the buffer, or None if incomplete. EOLs before it count as heart-beats."""
+        while True:
+            if self.buf.startswith(b"\r\n"):
+                self.buf = self.buf[2:]
+            elif self.buf.startswith(b"\n"):
+                self.buf = self.buf[1:]
+            else:
+                break
+            self.eols.append(time.monotonic())
+        end = re.search(rb"\r?\n\r?\n", self.buf)
+        if not end:
+            return None
+        head = self.buf[:end.start()]
+        lines = re.split(rb"\r?\n", head)
+        command = lines[0].decode()
+        header_list = []
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            if command != "CONNECTED":
+                name, value = _unescape(name), _unescape(value)
+            header_list.append((name.decode("utf-8", "replace"), value.decode("utf-8", "replace")))
+        start = end.end()
+        length = next((v for k, v in header_list if k == "content-length"), None)
+        if length is not None:
+            n = int(length)
+            if len(self.buf) < start + n + 1:
+                return None
+            assert self.buf[start + n:start + n + 1] == b"\0", f"no NUL after content-length body: {self.buf!r}"
+            body = self.buf[start:start + n]
+            self.buf = self.buf[start + n + 1:]
+        else:
+            nul = self.buf.find(b"\0", start)
+            if nul < 0:
+                return None
+            body = self.buf[start:nul]
+            self.buf = self.buf[nul + 1:]
+        return Frame(command, header_list, body)
+
+    def read_frame(self, timeout=None):
+        """The next frame; raises Closed if the server closed first, TimeoutError on timeout."""
+        deadline = time.monotonic() + (timeout or TIMEOUT)
+        while True:
+            f = self._parse()
+            if f is not None:
+                return f
+            if self.closed:
+                raise Closed(f"server closed the connection; unparsed {self.buf[:300]!r}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no frame within the timeout; buffered {self.buf[:300]!r}")
+            self._recv(left)
+
+    def read_until_closed(self, timeout=None):
+        """Every frame until the server closes; fails if it does not close within the timeout."""
+        frames = []
+        deadline = time.monotonic() + (timeout or TIMEOUT)
+        while True:
+            f = self._parse()
+            if f is not None:
+                frames.append(f)
+                continue
+            if self.closed:
+                return frames
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"the server did not close the connection within {timeout or TIMEOUT:.0f} s; "
+                                     f"frames so far {frames}, buffered {self.buf[:300]!r}")
+            self._recv(left)
+
+    def pump(self, seconds):
+        """Reads (and parses) whatever arrives for `seconds`; returns the frames."""
+        frames = []
+        deadline = time.monotonic() + seconds
+        while not self.closed:
+            f = self._parse()
+            if f is not None:
+                frames.append(f)
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._recv(left)
+        while (f := self._parse()) is not None:
+            frames.append(f)
+        return frames
+
+    def connect(self, headers="accept-version:1.2\nhost:localhost\n", command="CONNECT"):
+        """Sends CONNECT and returns the CONNECTED frame."""
+        self.send(f"{command}\n{headers}\n\0")
+        f = self.read_frame()
+        assert f.command == "CONNECTED", f"expected CONNECTED, got {f}"
+        return f
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def raw(request):
+    """raw(broker_or_port) -> RawStomp; all closed at the end."""
+    socks = []
+
+    def make(target, timeout=None):
+        port = target if isinstance(target, int) else target.port
+        s = RawStomp(port, timeout)
+        socks.append(s)
+        return s
+
+    yield make
+    for s in socks:
+        s.close()
+
+
+def frame_bytes(command, headers=(), body=b""):
+    """Encodes a frame without escaping (tests write escapes themselves when they mean to)."""
+    if isinstance(body, str):
+        body = body.encode()
+    lines = [command] + [f"{k}:{v}" for k, v in headers]
+    return ("\n".join(lines) + "\n\n").encode() + body + b"\0"

@@ -1,0 +1,146 @@
+// The queue's in-memory window over LMDB: queue order (priority, then arrival) across memory and
+// storage, the bounded window, refills through the cursor, eviction when higher-priority entries
+// arrive, and holds that keep a refill from handing out an entry twice.
+#include <doctest/doctest.h>
+
+#include <future>
+#include <memory>
+#include <vector>
+
+#include "../temp_dir.h"
+#include "escrow/storage/store.h"
+#include "queue.h"
+
+using namespace escrow;
+using namespace escrow::broker;
+
+namespace {
+
+struct fixture {
+  testing::temp_dir dir;
+  std::unique_ptr<storage::store> store;
+
+  fixture() {
+    storage::store_options options;
+    options.path = dir.path();
+    options.map_size = 64ull << 20;
+    REQUIRE(storage::store::open(options, store).ok());
+  }
+
+  // Writes entries for `ids` (priority 4 unless given) of queue 1, waiting for durability.
+  void store_entries(const std::vector<std::pair<std::uint64_t, std::uint8_t>>& ids) {
+    storage::batch b;
+    for (auto [id, priority] : ids) b.put(storage::table::entries, storage::entry_key{1, priority, id}.encode(),
+                                          storage::encode_delivery_count(0));
+    std::promise<bool> done;
+    store->submit(std::move(b), [&](storage::status s) { done.set_value(s.ok()); });
+    REQUIRE(done.get_future().get());
+  }
+};
+
+queue_entry stored_entry(std::uint64_t id, std::uint8_t priority = 4) {
+  return queue_entry{storage::entry_key{1, priority, id}, 0, true, nullptr};
+}
+queue_entry memory_entry(std::uint64_t id, std::uint8_t priority = 4) {
+  return queue_entry{storage::entry_key{1, priority, id}, 0, false, std::make_shared<message>()};
+}
+
+std::vector<std::uint64_t> drain(queue& q) {
+  std::vector<std::uint64_t> ids;
+  while (auto e = q.pop()) ids.push_back(e->key.message_id);
+  return ids;
+}
+
+}  // namespace
+
+TEST_SUITE("broker/queue") {
+  TEST_CASE("a queue opened from storage reads its entries in order through a small window") {
+    fixture f;
+    std::vector<std::pair<std::uint64_t, std::uint8_t>> ids;
+    for (std::uint64_t i = 1; i <= 10; ++i) ids.emplace_back(i, 4);
+    f.store_entries(ids);
+    queue q(1, "q", queue::kind::queue, "", f.store.get(), 3);
+    q.start_unloaded();
+    CHECK(q.has_ready());
+    CHECK(q.ready_in_memory() == 3);  // only the window is in memory
+    CHECK(drain(q) == std::vector<std::uint64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  }
+
+  TEST_CASE("priority order holds across storage and memory") {
+    fixture f;
+    f.store_entries({{1, 4}, {2, 4}, {3, 9}, {4, 0}});
+    queue q(1, "q", queue::kind::queue, "", f.store.get(), 2);
+    q.start_unloaded();
+    q.push(memory_entry(5, 9));  // non-persistent, priority 9, newer than 3
+    q.push(memory_entry(6, 4));  // non-persistent, after 1 and 2
+    CHECK(drain(q) == std::vector<std::uint64_t>{3, 5, 1, 2, 6, 4});
+  }
+
+  TEST_CASE("a stored entry beyond the window stays in storage until the cursor reaches it") {
+    fixture f;
+    f.store_entries({{1, 4}, {2, 4}, {3, 4}, {4, 4}});
+    queue q(1, "q", queue::kind::queue, "", f.store.get(), 2);
+    q.start_unloaded();
+    REQUIRE(q.has_ready());
+    CHECK(q.ready_in_memory() == 2);
+    // A new entry arrives after being written: it sorts after the window, so memory is untouched.
+    f.store_entries({{5, 4}});
+    q.push(stored_entry(5));
+    CHECK(q.ready_in_memory() == 2);
+    CHECK(drain(q) == std::vector<std::uint64_t>{1, 2, 3, 4, 5});
+  }
+
+  TEST_CASE("higher-priority arrivals evict the tail of a full window, which is read again later") {
+    fixture f;
+    queue q(1, "q", queue::kind::queue, "", f.store.get(), 2);  // a new, empty, fully loaded queue
+    f.store_entries({{1, 4}, {2, 4}});
+    q.push(stored_entry(1));
+    q.push(stored_entry(2));
+    f.store_entries({{3, 9}, {4, 9}});
+    q.push(stored_entry(3, 9));
+    q.push(stored_entry(4, 9));
+    CHECK(q.ready_in_memory() == 2);
+    CHECK(drain(q) == std::vector<std::uint64_t>{3, 4, 1, 2});
+  }
+
+  TEST_CASE("held entries are never handed out by a refill") {
+    fixture f;
+    f.store_entries({{1, 4}, {2, 4}, {3, 4}});
+    queue q(1, "q", queue::kind::queue, "", f.store.get(), 10);
+    q.start_unloaded();
+    q.hold(storage::entry_key{1, 4, 2});  // e.g. its write completed but the core has not seen it yet
+    CHECK(drain(q) == std::vector<std::uint64_t>{1, 3});
+    // The completion then releases the hold and pushes it: delivered exactly once.
+    q.release_hold(storage::entry_key{1, 4, 2});
+    q.push(stored_entry(2));
+    CHECK(drain(q) == std::vector<std::uint64_t>{2});
+  }
+
+  TEST_CASE("a popped entry pushed back returns to its place, with its delivery count") {
+    fixture f;
+    f.store_entries({{1, 4}, {2, 4}});
+    queue q(1, "q", queue::kind::queue, "", f.store.get(), 10);
+    q.start_unloaded();
+    auto first = q.pop();
+    REQUIRE(first);
+    CHECK(first->key.message_id == 1);
+    first->delivery_count = 1;
+    q.release_hold(first->key);
+    q.push(std::move(*first));
+    auto again = q.pop();
+    REQUIRE(again);
+    CHECK(again->key.message_id == 1);
+    CHECK(again->delivery_count == 1);
+  }
+
+  TEST_CASE("non-stored entries of a non-durable queue live in memory only") {
+    queue q(7, "sub", queue::kind::subscription, "news", nullptr, 2);
+    CHECK_FALSE(q.durable());
+    for (std::uint64_t i = 1; i <= 5; ++i)
+      q.push(queue_entry{storage::entry_key{7, 4, i}, 0, false, std::make_shared<message>()});
+    CHECK(q.ready_in_memory() == 5);  // the window bounds stored entries, not these
+    std::vector<std::uint64_t> ids;
+    while (auto e = q.pop()) ids.push_back(e->key.message_id);
+    CHECK(ids == std::vector<std::uint64_t>{1, 2, 3, 4, 5});
+  }
+}

@@ -1,0 +1,371 @@
+// STOMP 1.2 frame codec. See frame.h for the interface and the STOMP 1.2 specification for the rules.
+//
+// Frame size accounting: a frame's size is every byte it occupies on the wire, from the first
+// byte of its command line through the terminating NUL (EOLs and stripped CRs included, heart-beat
+// EOLs before it excluded). A frame whose size equals max_frame_size is accepted.
+#include "escrow/frame.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstring>
+#include <limits>
+
+namespace escrow {
+
+namespace {
+
+// The commands a STOMP 1.2 client or server may send, plus Escrow's XA extension frames.
+constexpr std::array<std::string_view, 22> kCommands = {
+    "CONNECT",   "STOMP",      "CONNECTED",   "SEND",     "SUBSCRIBE", "UNSUBSCRIBE",
+    "ACK",       "NACK",       "BEGIN",       "COMMIT",   "ABORT",     "DISCONNECT",
+    "MESSAGE",   "RECEIPT",    "ERROR",       "XA-START", "XA-END",    "XA-PREPARE",
+    "XA-COMMIT", "XA-ROLLBACK", "XA-RECOVER", "XA-FORGET",
+};
+
+// Error messages quote client input; keep them short enough for an ERROR frame's header.
+constexpr std::size_t kMaxQuoted = 40;
+
+bool is_known_command(std::string_view command) {
+  return std::find(kCommands.begin(), kCommands.end(), command) != kCommands.end();
+}
+
+// The specification leaves the headers of these frames unescaped (passcodes may hold ':' or '\').
+bool is_unescaped_command(std::string_view command) {
+  return command == "CONNECT" || command == "STOMP" || command == "CONNECTED";
+}
+
+// 'text', truncated (without splitting a UTF-8 sequence) and with control bytes replaced by '?'.
+std::string quoted(std::string_view text) {
+  std::size_t n = std::min(text.size(), kMaxQuoted);
+  while (n > 0 && n < text.size() && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;
+  std::string out = "'";
+  for (char c : text.substr(0, n)) {
+    const auto u = static_cast<unsigned char>(c);
+    out += (u < 0x20 || u == 0x7F) ? '?' : c;
+  }
+  if (n < text.size()) out += "...";
+  out += '\'';
+  return out;
+}
+
+// Whether `n` more bytes plus the frame's terminating NUL still fit, given `used` bytes so far.
+bool room_for(std::size_t used, std::size_t n, std::size_t max) {
+  return used < max && n < max - used;
+}
+
+// A non-empty run of decimal digits that fits in uint64 (no sign, no spaces).
+std::optional<std::uint64_t> parse_decimal(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+  }
+  std::uint64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc{} || ptr != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+void append_escaped(std::string& out, std::string_view text, bool escape_cr) {
+  for (char c : text) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case ':': out += "\\c"; break;
+      case '\r':
+        // STOMP 1.1 has no \r escape; a CR there goes out as is.
+        if (escape_cr) {
+          out += "\\r";
+        } else {
+          out += c;
+        }
+        break;
+      default: out += c;
+    }
+  }
+}
+
+}  // namespace
+
+std::string_view to_string(stomp_version v) {
+  switch (v) {
+    case stomp_version::v1_0: return "1.0";
+    case stomp_version::v1_1: return "1.1";
+    case stomp_version::v1_2: return "1.2";
+  }
+  return "?";
+}
+
+// --- frame --------------------------------------------------------------------------------------
+
+const std::string* frame::find(std::string_view name) const {
+  for (const auto& [n, v] : headers) {
+    if (n == name) return &v;
+  }
+  return nullptr;
+}
+
+std::string_view frame::get(std::string_view name, std::string_view fallback) const {
+  const std::string* value = find(name);
+  return value ? std::string_view(*value) : fallback;
+}
+
+frame& frame::add(std::string name, std::string value) {
+  headers.emplace_back(std::move(name), std::move(value));
+  return *this;
+}
+
+// --- frame_parser -------------------------------------------------------------------------------
+
+frame_parser::frame_parser(frame_limits limits) : limits_(limits) {}
+
+bool frame_parser::fail(std::string message) {
+  error_ = std::move(message);
+  // The broker answers with receipt-id when the failing frame already asked for a receipt.
+  if (const std::string* receipt = current_.find("receipt")) error_receipt_ = *receipt;
+  // A dead parser keeps nothing of the input.
+  current_ = frame{};
+  line_.clear();
+  line_.shrink_to_fit();
+  return false;
+}
+
+bool frame_parser::feed(std::string_view data, std::vector<frame>& out) {
+  if (!error_.empty()) return false;
+  // A line may hold max_header_length bytes plus the CR of a CRLF.
+  const std::size_t line_cap = limits_.max_header_length == std::numeric_limits<std::size_t>::max()
+                                   ? limits_.max_header_length
+                                   : limits_.max_header_length + 1;
+  const char* p = data.data();
+  std::size_t left = data.size();
+  const auto advance = [&](std::size_t n) {
+    p += n;
+    left -= n;
+  };
+  const auto emit = [&] {
+    out.push_back(std::move(current_));
+    current_ = frame{};
+    frame_bytes_ = 0;
+    state_ = state::between_frames;
+  };
+
+  while (left > 0) {
+    switch (state_) {
+      case state::between_frames:
+        // Heart-beats: bare LFs are skipped here; a CRLF becomes an empty command line.
+        if (*p == '\n') {
+          advance(1);
+        } else {
+          state_ = state::command;
+        }
+        break;
+
+      case state::command:
+      case state::headers: {
+        const auto* lf = static_cast<const char*>(std::memchr(p, '\n', left));
+        const std::size_t take = lf ? static_cast<std::size_t>(lf - p) : left;
+        if (take > line_cap - line_.size()) {
+          return fail((state_ == state::command ? "command line exceeds " : "header line exceeds ") +
+                      std::to_string(limits_.max_header_length) + " bytes");
+        }
+        line_.append(p, take);
+        advance(take);
+        if (lf == nullptr) break;
+        advance(1);
+        if (!finish_line(line_)) return false;
+        break;
+      }
+
+      case state::body_by_length: {
+        const auto take = static_cast<std::size_t>(std::min<std::uint64_t>(body_remaining_, left));
+        current_.body.append(p, take);
+        advance(take);
+        body_remaining_ -= take;
+        frame_bytes_ += take;
+        if (body_remaining_ == 0) state_ = state::trailing_nul;
+        break;
+      }
+
+      case state::trailing_nul:
+        if (*p != '\0') return fail("frame body longer than content-length");
+        advance(1);
+        emit();
+        break;
+
+      case state::body_to_nul: {
+        const auto* nul = static_cast<const char*>(std::memchr(p, '\0', left));
+        const std::size_t take = nul ? static_cast<std::size_t>(nul - p) : left;
+        // Fail as soon as the body cannot fit, without waiting for its NUL.
+        if (!room_for(frame_bytes_, take, limits_.max_frame_size)) {
+          return fail("frame exceeds " + std::to_string(limits_.max_frame_size) + " bytes");
+        }
+        current_.body.append(p, take);
+        advance(take);
+        frame_bytes_ += take;
+        if (nul == nullptr) break;
+        advance(1);
+        emit();
+        break;
+      }
+    }
+  }
+  return true;
+}
+
+bool frame_parser::finish_line(std::string_view line) {
+  const std::size_t wire_size = line.size() + 1;  // with its LF
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+
+  if (state_ == state::command) {
+    if (line.empty()) {  // an EOL between frames: a heart-beat
+      line_.clear();
+      state_ = state::between_frames;
+      return true;
+    }
+    if (line.size() > limits_.max_header_length) {
+      return fail("command line exceeds " + std::to_string(limits_.max_header_length) + " bytes");
+    }
+    if (!is_known_command(line)) return fail("unknown command " + quoted(line));
+    if (!room_for(0, wire_size, limits_.max_frame_size)) {
+      return fail("frame exceeds " + std::to_string(limits_.max_frame_size) + " bytes");
+    }
+    frame_bytes_ = wire_size;
+    current_.command.assign(line);
+    line_.clear();
+    state_ = state::headers;
+    return true;
+  }
+
+  // state::headers
+  if (line.size() > limits_.max_header_length) {
+    return fail("header line exceeds " + std::to_string(limits_.max_header_length) + " bytes");
+  }
+  if (!room_for(frame_bytes_, wire_size, limits_.max_frame_size)) {
+    return fail("frame exceeds " + std::to_string(limits_.max_frame_size) + " bytes");
+  }
+  frame_bytes_ += wire_size;
+  if (line.empty()) {
+    line_.clear();
+    return finish_headers();
+  }
+  if (current_.headers.size() >= limits_.max_headers) {
+    return fail("frame has more than " + std::to_string(limits_.max_headers) + " headers");
+  }
+  // Split at the first colon: values may hold more (1.2 tolerates them, CONNECT passcodes need them).
+  const std::size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return fail("header line without ':': " + quoted(line));
+  if (colon == 0) return fail("empty header name in " + quoted(line));
+  const std::string_view raw_name = line.substr(0, colon);
+  const std::string_view raw_value = line.substr(colon + 1);
+
+  std::string name;
+  std::string value;
+  if (version_ == stomp_version::v1_0 || is_unescaped_command(current_.command)) {
+    name.assign(raw_name);
+    value.assign(raw_value);
+  } else if (!unescape(raw_name, name, true) || !unescape(raw_value, value, false)) {
+    return false;
+  }
+  current_.headers.emplace_back(std::move(name), std::move(value));
+  line_.clear();  // `line` views line_: cleared only once it is no longer read
+  return true;
+}
+
+bool frame_parser::finish_headers() {
+  const std::string* length = current_.find("content-length");  // the first one counts
+  if (length == nullptr) {
+    state_ = state::body_to_nul;
+    return true;
+  }
+  const std::optional<std::uint64_t> n = parse_decimal(*length);
+  if (!n) return fail("invalid content-length " + quoted(*length));
+  // Refuse an oversized body before any of it arrives.
+  if (*n > std::numeric_limits<std::size_t>::max() ||
+      !room_for(frame_bytes_, static_cast<std::size_t>(*n), limits_.max_frame_size)) {
+    return fail("frame exceeds " + std::to_string(limits_.max_frame_size) + " bytes");
+  }
+  body_remaining_ = static_cast<std::size_t>(*n);
+  state_ = body_remaining_ == 0 ? state::trailing_nul : state::body_by_length;
+  return true;
+}
+
+bool frame_parser::unescape(std::string_view in, std::string& out, bool is_name) {
+  const char* what = is_name ? "header name" : "header value";
+  out.clear();
+  out.reserve(in.size());
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const char c = in[i];
+    if (c != '\\') {
+      out += c;
+      continue;
+    }
+    if (++i == in.size()) {
+      return fail(std::string("invalid escape sequence: lone '\\' at the end of a ") + what);
+    }
+    switch (in[i]) {
+      case 'r': out += '\r'; break;
+      case 'n': out += '\n'; break;
+      case 'c': out += ':'; break;
+      case '\\': out += '\\'; break;
+      default:
+        return fail("invalid escape sequence " + quoted(in.substr(i - 1, 2)) + " in a " + what);
+    }
+  }
+  return true;
+}
+
+// --- encoding -----------------------------------------------------------------------------------
+
+void encode_to(std::string& out, const frame& f, stomp_version v) {
+  const bool escape = v != stomp_version::v1_0 && !is_unescaped_command(f.command);
+  const bool escape_cr = v == stomp_version::v1_2;
+
+  std::size_t size = f.command.size() + f.body.size() + 3;  // LF, blank line, NUL
+  for (const auto& [name, value] : f.headers) size += name.size() + value.size() + 2;
+  // Escapes may add a little more; that is rare. Growth stays geometric when `out` collects
+  // many frames.
+  const std::size_t needed = out.size() + size;
+  if (needed > out.capacity()) out.reserve(std::max(needed, 2 * out.capacity()));
+
+  out += f.command;
+  out += '\n';
+  for (const auto& [name, value] : f.headers) {
+    if (escape) {
+      append_escaped(out, name, escape_cr);
+      out += ':';
+      append_escaped(out, value, escape_cr);
+    } else {
+      out += name;
+      out += ':';
+      out += value;
+    }
+    out += '\n';
+  }
+  out += '\n';
+  out += f.body;
+  out += '\0';
+}
+
+std::string encode(const frame& f, stomp_version v) {
+  std::string out;
+  encode_to(out, f, v);
+  return out;
+}
+
+// --- heart-beats --------------------------------------------------------------------------------
+
+std::optional<std::pair<std::uint64_t, std::uint64_t>> parse_heart_beat(std::string_view value) {
+  const std::size_t comma = value.find(',');
+  if (comma == std::string_view::npos) return std::nullopt;
+  const auto cx = parse_decimal(value.substr(0, comma));
+  const auto cy = parse_decimal(value.substr(comma + 1));  // a second comma is not a digit
+  if (!cx || !cy) return std::nullopt;
+  return std::pair{*cx, *cy};
+}
+
+std::uint64_t negotiate_heart_beat(std::uint64_t can_send, std::uint64_t wants_to_receive) {
+  if (can_send == 0 || wants_to_receive == 0) return 0;
+  return std::max(can_send, wants_to_receive);
+}
+
+}  // namespace escrow
