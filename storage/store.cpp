@@ -8,13 +8,17 @@
 #include <fcntl.h>
 #include <lmdb.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <fstream>
+#include <cstdio>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -65,6 +69,7 @@ struct store::impl {
   std::thread committer;
 
   bool failed = false;  // committer thread only: sticky after a failed commit
+  std::chrono::steady_clock::time_point last_trim;  // committer thread only
   std::atomic<std::uint64_t> commits{0};
   std::atomic<std::uint64_t> batches{0};
 
@@ -75,6 +80,10 @@ struct store::impl {
 
   status open_environment();
   void run_committer();
+  void trim_resident_pages();
+  void find_map();
+  void* map_base = nullptr;  // where LMDB mapped data.mdb, if found
+  std::size_t map_length = 0;
   int apply(MDB_txn* txn, const batch& b);
   int release(MDB_txn* txn, std::string_view key);
 };
@@ -104,6 +113,7 @@ status store::impl::open_environment() {
   if (rc != 0) return from_lmdb(rc, "cannot open the store in " + options.path);
   int dead = 0;
   mdb_reader_check(env, &dead);  // clear reader slots left by a killed process
+  find_map();
 
   MDB_txn* txn = nullptr;
   rc = mdb_txn_begin(env, nullptr, 0, &txn);
@@ -259,6 +269,45 @@ void store::impl::run_committer() {
     }
     for (auto& p : group) p.done(std::move(p.result));
     group.clear();
+    trim_resident_pages();
+  }
+}
+
+// Every page LMDB reads through its read-only shared map (each page a write transaction copies
+// before changing it, each message delivered) stays mapped into this process and counts in its
+// resident set, so a deep backlog would make escrowd look as big as its data file. The pages are
+// the kernel's page cache, not ours: five times a second, drop our mappings of them. The kernel keeps
+// them cached; the next access maps them again with a minor fault. Readers on other threads are
+// unaffected: LMDB never rewrites a page a live reader can see, and a dropped page reads back the
+// same bytes from the file.
+void store::impl::trim_resident_pages() {
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_trim < std::chrono::milliseconds(200)) return;
+  last_trim = now;
+  if (map_base == nullptr) return;
+  MDB_envinfo info{};
+  MDB_stat st{};
+  if (mdb_env_info(env, &info) != 0 || mdb_env_stat(env, &st) != 0) return;
+  std::size_t used = (static_cast<std::size_t>(info.me_last_pgno) + 1) * st.ms_psize;
+  madvise(map_base, std::min(used, map_length), MADV_DONTNEED);
+}
+
+// LMDB does not say where it mapped the data file (mdb_env_info gives the address only for
+// MDB_FIXEDMAP), so read it from /proc/self/maps: the mapping of data.mdb.
+void store::impl::find_map() {
+  std::error_code ec;
+  auto data_file = std::filesystem::canonical(std::filesystem::path(options.path) / "data.mdb", ec);
+  if (ec) return;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    auto slash = line.find('/');
+    if (slash == std::string::npos || line.compare(slash, std::string::npos, data_file.string()) != 0) continue;
+    std::uintptr_t start = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &start, &end) != 2) continue;
+    map_base = reinterpret_cast<void*>(start);
+    map_length = end - start;
+    return;
   }
 }
 
