@@ -4,6 +4,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <chrono>
 
@@ -24,8 +25,28 @@ namespace {
 constexpr std::string_view kServerName = "escrow/0.1.0";
 }
 
-broker::impl::impl(asio::io_context& io, storage::store& s, const broker_config& c) : store(s), config(c) {
-  post = [strand = asio::make_strand(io)](std::function<void()> fn) { asio::post(strand, std::move(fn)); };
+struct core_timers {
+  asio::steady_timer branch_expiry;
+};
+
+broker::impl::impl(asio::io_context& io, storage::store& s, const broker_config& c)
+    : store(s), config(c), rm(std::chrono::milliseconds(c.branch_timeout_ms)) {
+  auto strand = asio::make_strand(io);
+  post = [strand](std::function<void()> fn) { asio::post(strand, std::move(fn)); };
+  timers.reset(new core_timers{asio::steady_timer(strand)});
+}
+
+broker::impl::~impl() = default;
+
+// Once a second, on the core strand: roll back branches past their timeout.
+void broker::impl::schedule_expiry() {
+  timers->branch_expiry.expires_after(std::chrono::seconds(1));
+  timers->branch_expiry.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    expire_branches();
+    flush();
+    schedule_expiry();
+  });
 }
 
 void broker::impl::submit(storage::batch b, std::function<void(const storage::status&)> done) {
@@ -129,14 +150,27 @@ storage::status broker::open() {
     q->start_unloaded();
     q->storage_key = name;
     q->record_stored = true;
-    m.queues.emplace(name, q);
+    m.add_queue(q);
     if (is_sub) m.topics[r.topic].subscriptions.push_back(q);
     m.next_queue_id = std::max(m.next_queue_id, r.id + 1);
     ++loaded;
     return true;
   });
   if (!s.ok()) return s;
-  spdlog::info("store open: {} queues and durable subscriptions, next message id {}", loaded, m.next_message_id);
+
+  // Prepared and heuristically completed branches come back before any consumer: the entries they
+  // consumed stay held (never delivered), their sends stay invisible until the manager decides.
+  if (storage::status rs = m.rm.load(m.store); !rs.ok()) return rs;
+  std::size_t prepared = 0;
+  for (const auto& [id, b] : m.rm.branches()) {
+    ++prepared;
+    for (const auto& c : b->work.consumed)
+      if (queue_ptr q = m.find_by_id(c.key.queue_id)) q->hold(c.key);
+  }
+  m.next_message_id = std::max(m.next_message_id, m.rm.max_staged_message_id() + 1);
+  spdlog::info("store open: {} queues and durable subscriptions, {} prepared or heuristic branches, next message id {}",
+               loaded, prepared, m.next_message_id);
+  m.post([p = impl_.get()] { p->schedule_expiry(); });
   return {};
 }
 
@@ -159,7 +193,9 @@ void broker::on_connect(std::uint64_t id, std::shared_ptr<outbound> out, connect
                      {"server", std::string(kServerName)},
                      {"session", "escrow-" + std::to_string(id)},
                      {"heart-beat", std::to_string(c->info.heartbeat_send_ms) + "," +
-                                        std::to_string(c->info.heartbeat_receive_ms)}},
+                                        std::to_string(c->info.heartbeat_receive_ms)},
+                     // The XA extension frames this broker answers (docs/transactions.md).
+                     {"xa", "XA-START,XA-END,XA-PREPARE,XA-COMMIT,XA-ROLLBACK,XA-RECOVER,XA-FORGET"}},
                     {}};
     m->write(*c, connected);
     m->flush();
@@ -191,6 +227,10 @@ void broker::on_closed(std::uint64_t id) {
     }
     c->subscriptions.clear();
     if (!b.empty()) m->submit(std::move(b), [](const storage::status&) {});
+    // Open local transactions roll back; XA branches the connection was associated with become
+    // rollback-only; idle and prepared branches stay for the transaction manager.
+    m->roll_back_locals(*c);
+    m->rm.connection_closed(id);
     for (auto& q : touched) m->dispatch(q);
     m->flush();
   });
@@ -216,8 +256,8 @@ void broker::impl::handle_frame(const connection_ptr& c, frame& f) {
   if (cmd == "NACK") return handle_ack(c, f, false);
   if (cmd == "DISCONNECT") return handle_disconnect(c, f);
   if (cmd == "CONNECT" || cmd == "STOMP") return error(*c, "already connected: a second " + cmd + " frame", &f);
-  if (cmd == "BEGIN" || cmd == "COMMIT" || cmd == "ABORT" || cmd.rfind("XA-", 0) == 0)
-    return error(*c, cmd + ": transactions are not available in this escrowd release", &f);
+  if (cmd == "BEGIN" || cmd == "COMMIT" || cmd == "ABORT") return handle_transaction(c, f);
+  if (cmd.rfind("XA-", 0) == 0) return handle_xa(c, f);
   error(*c, cmd + " is a server frame; a client may not send it", &f);
 }
 

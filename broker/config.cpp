@@ -102,6 +102,7 @@ std::string load_config_file(const std::string& path, broker_config& config) {
       {"delivery",
        {{"consumer-window", unsigned_field(config.consumer_window, 1)},
         {"queue-memory-window", unsigned_field(config.queue_memory_window, 1)}}},
+      {"transactions", {{"timeout-ms", unsigned_field(config.branch_timeout_ms, 1)}}},
       {"heartbeat",
        {{"send-ms", unsigned_field(config.heartbeat_send_ms)},
         {"receive-ms", unsigned_field(config.heartbeat_receive_ms)},

@@ -36,6 +36,9 @@ struct broker_config {
   std::uint32_t consumer_window = 1000;     // unacknowledged messages per subscription by default
   std::size_t queue_memory_window = 1000;   // ready entries of a queue kept in memory
 
+  // transactions
+  std::uint64_t branch_timeout_ms = 300000;  // a branch not prepared by then is rolled back
+
   // heart-beats: what the server offers in CONNECTED ("send,receive" in ms); 0 turns one off
   std::uint64_t heartbeat_send_ms = 1000;
   std::uint64_t heartbeat_receive_ms = 1000;

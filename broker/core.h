@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "broker.h"
+#include "escrow/rm/resource_manager.h"
 #include "escrow/storage/batch.h"
 #include "queue.h"
 
@@ -45,6 +46,7 @@ struct connection {
   std::map<std::string, std::unique_ptr<subscription>> subscriptions;  // by subscription id
   std::unordered_map<std::uint64_t, subscription*> tag_owner;         // ack tag -> subscription
   std::uint64_t next_tag = 1;
+  std::map<std::string, rm::branch_ptr> transactions;  // local transactions by STOMP name
   bool input_closed = false;   // ERROR or DISCONNECT: later frames are ignored
   bool output_closed = false;  // ERROR sent or connection gone: nothing more is written
   std::string outbox;          // frames encoded during this core turn, sent at its end
@@ -56,8 +58,18 @@ struct topic {
   std::vector<queue_ptr> subscriptions;
 };
 
+// Timers that need Asio; defined in broker.cpp.
+struct core_timers;
+
+// A SEND, validated and routed: the message and its entry in each target queue.
+struct routed_message {
+  message_ptr msg;
+  std::vector<std::pair<queue_ptr, queue_entry>> entries;
+};
+
 struct broker::impl {
   impl(boost::asio::io_context& io, storage::store& store, const broker_config& config);
+  ~impl();
 
   storage::store& store;
   broker_config config;
@@ -65,11 +77,14 @@ struct broker::impl {
 
   // --- core strand state ---
   std::map<std::string, queue_ptr> queues;  // by storage name ("q/NAME", "d/CLIENT\0SUB")
+  std::unordered_map<std::uint32_t, queue_ptr> queues_by_id;
+  rm::resource_manager rm;
   std::map<std::string, topic> topics;      // by topic name
   std::unordered_map<std::uint64_t, connection_ptr> connections;
   std::vector<connection_ptr> dirty;  // connections with frames in their outbox
   std::uint64_t next_message_id = 1;
   std::uint32_t next_queue_id = 1;
+  std::unique_ptr<core_timers> timers;
 
   // Runs a function on the core strand; set up by broker.cpp, which owns the Asio strand.
   std::function<void(std::function<void()>)> post;
@@ -85,6 +100,24 @@ struct broker::impl {
   void handle_unsubscribe(const connection_ptr& c, const frame& f);
   void handle_ack(const connection_ptr& c, const frame& f, bool positive);
   void handle_disconnect(const connection_ptr& c, const frame& f);
+  void handle_transaction(const connection_ptr& c, const frame& f);  // BEGIN, COMMIT, ABORT
+  void handle_xa(const connection_ptr& c, const frame& f);           // XA-* frames
+
+  // Transactions.
+  // The branch a SEND, ACK or NACK belongs to: its `transaction` header's local transaction, or
+  // the XA branch the connection is associated with. Sends ERROR (and returns false) for a
+  // transaction this connection does not have.
+  bool branch_for(const connection_ptr& c, const frame& f, rm::branch_ptr& out);
+  // Whether a branch still takes work (active XA branch, or an open local transaction).
+  static bool takes_work(const rm::branch& b);
+  // Submits a resource manager reply's write; once durable, applies its work to the queues and
+  // calls `done` with the final XA code.
+  void carry_out(rm::resource_manager::reply r, std::function<void(int code)> done);
+  void apply_commit(const rm::branch_work& work);
+  void apply_rollback(const rm::branch_work& work);
+  void roll_back_locals(connection& c);
+  void expire_branches();
+  void schedule_expiry();
 
   // Output.
   void write(connection& c, const frame& f);
@@ -94,7 +127,13 @@ struct broker::impl {
   void error(connection& c, const std::string& problem, const frame* request = nullptr,
              const std::string& detail = {});
 
+  // SEND.
+  bool route(const connection_ptr& c, frame& f, routed_message& out, storage::batch& records);
+  void publish(std::vector<std::pair<queue_ptr, queue_entry>>& entries);
+
   // Queues.
+  queue_ptr find_by_id(std::uint32_t id) const;
+  void add_queue(const queue_ptr& q);
   queue_ptr find_or_create_queue(const std::string& name, storage::batch& b);
   void persist_queue_record(queue& q, storage::batch& b);
   void drop_durable_queue(const queue_ptr& q, storage::batch& b);
@@ -104,6 +143,7 @@ struct broker::impl {
   bool load_message(queue_entry& e);
   // Returns a delivery to its queue for redelivery (delivery count raised, persisted when stored).
   void requeue(delivery d, storage::batch& b);
+  void requeue(const queue_ptr& q, queue_entry e, storage::batch& b);
   void detach(subscription& s, storage::batch& b);
 };
 

@@ -27,12 +27,13 @@ bool broker::impl::load_message(queue_entry& e) {
   return true;
 }
 
-void broker::impl::requeue(delivery d, storage::batch& b) {
-  queue_entry& e = d.entry;
+void broker::impl::requeue(delivery d, storage::batch& b) { requeue(d.source, std::move(d.entry), b); }
+
+void broker::impl::requeue(const queue_ptr& q, queue_entry e, storage::batch& b) {
   ++e.delivery_count;
   if (e.stored) b.put(storage::table::entries, e.key.encode(), storage::encode_delivery_count(e.delivery_count));
-  d.source->release_hold(e.key);
-  d.source->push(std::move(e));
+  q->release_hold(e.key);
+  q->push(std::move(e));
 }
 
 namespace {
@@ -49,12 +50,13 @@ void broker::impl::dispatch(const queue_ptr& q) {
   std::vector<storage::entry_key> auto_acked;
   while (!consumers.empty()) {
     subscription* chosen = nullptr;
+    std::size_t chosen_index = 0;
     std::size_t n = consumers.size();
     for (std::size_t i = 0; i < n; ++i) {
       std::size_t index = (q->next_consumer() + i) % n;
       if (has_room(*consumers[index], config.max_pending_bytes)) {
         chosen = consumers[index];
-        q->next_consumer() = index + 1;
+        chosen_index = index;
         break;
       }
     }
@@ -66,6 +68,21 @@ void broker::impl::dispatch(const queue_ptr& q) {
       q->release_hold(e.key);
       continue;
     }
+    // A message past its expiry is never delivered, whether or not a reaper got to it.
+    if (e.msg->record.expires != 0 && e.msg->record.expires <= now_ms()) {
+      spdlog::info("queue {}: message {} expired at {}; dropped", q->name(), e.msg->id, e.msg->record.expires);
+      if (e.stored) {
+        auto_acks.erase(storage::table::entries, e.key.encode());
+        auto_acks.release_message(storage::message_key(e.key.message_id));
+        auto_acked.push_back(e.key);
+      } else {
+        q->release_hold(e.key);
+      }
+      continue;
+    }
+    // The turn passes only when a message was handed out, so round robin is fair to consumers
+    // that were skipped when the queue ran dry.
+    q->next_consumer() = chosen_index + 1;
 
     connection& c = *chosen->owner;
     std::uint64_t tag = c.next_tag++;
@@ -136,6 +153,9 @@ void broker::impl::handle_ack(const connection_ptr& c, const frame& f, bool posi
     if (!sub) return error(*c, verb + " names message-id '" + *mid + "', which is not an unacknowledged message of this connection", &f);
   }
 
+  rm::branch_ptr branch;
+  if (!branch_for(c, f, branch)) return;
+
   // client: cumulative, every message of the subscription up to this one; client-individual: one.
   auto first = sub->mode == ack_mode::client ? sub->unacked.begin() : sub->unacked.find(tag);
   auto last = std::next(sub->unacked.find(tag));
@@ -144,8 +164,13 @@ void broker::impl::handle_ack(const connection_ptr& c, const frame& f, bool posi
   for (auto it = first; it != last; ++it) {
     c->tag_owner.erase(it->first);
     delivery& d = it->second;
-    if (!positive) {
-      requeue(std::move(d), b);
+    if (branch && takes_work(*branch)) {
+      // Inside a transaction: the branch holds the entry (no consumer gets it) until commit
+      // removes it (ACK) or returns it (NACK), or a rollback returns it.
+      branch->work.consumed.push_back(
+          rm::consumed_entry{d.entry.key, d.entry.delivery_count, d.entry.stored, !positive, d.entry.msg});
+    } else if (!positive || branch) {
+      requeue(std::move(d), b);  // NACK, or an ACK in a branch already rolled back
     } else if (d.entry.stored) {
       b.erase(storage::table::entries, d.entry.key.encode());
       b.release_message(storage::message_key(d.entry.key.message_id));

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "message.h"
+#include "escrow/storage/message.h"
 
 namespace escrow::storage {
 class store;
@@ -26,6 +26,8 @@ class store;
 
 namespace escrow::broker {
 
+using storage::message;
+using storage::message_ptr;
 struct subscription;
 
 // A message's place in one queue.

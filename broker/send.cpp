@@ -39,49 +39,56 @@ void broker::impl::persist_queue_record(queue& q, storage::batch& b) {
   q.record_stored = true;
 }
 
+queue_ptr broker::impl::find_by_id(std::uint32_t id) const {
+  auto it = queues_by_id.find(id);
+  return it == queues_by_id.end() ? nullptr : it->second;
+}
+
+void broker::impl::add_queue(const queue_ptr& q) {
+  if (q->durable()) queues.emplace(q->storage_key, q);
+  queues_by_id.emplace(q->id(), q);
+}
+
 queue_ptr broker::impl::find_or_create_queue(const std::string& name, storage::batch& b) {
   std::string key = "q/" + name;
   auto it = queues.find(key);
   if (it != queues.end()) return it->second;
   auto q = std::make_shared<queue>(next_queue_id++, name, queue::kind::queue, "", &store, config.queue_memory_window);
   q->storage_key = key;
-  queues.emplace(key, q);
+  add_queue(q);
   persist_queue_record(*q, b);
   return q;
 }
 
-void broker::impl::handle_send(const connection_ptr& c, frame& f) {
+bool broker::impl::route(const connection_ptr& c, frame& f, routed_message& out, storage::batch& records) {
   const std::string* destination = f.find("destination");
-  if (!destination) return error(*c, "SEND frame has no destination header", &f);
-  if (f.has("transaction"))
-    return error(*c, "SEND with a transaction header: transactions are not available in this escrowd release", &f);
+  if (!destination) return error(*c, "SEND frame has no destination header", &f), false;
 
   storage::message_record record;
   std::string_view persistent = f.get("persistent", "true");
   if (persistent != "true" && persistent != "false")
-    return error(*c, "invalid persistent header '" + std::string(persistent) + "': use true or false", &f);
+    return error(*c, "invalid persistent header '" + std::string(persistent) + "': use true or false", &f), false;
   record.persistent = persistent == "true";
   if (const std::string* p = f.find("priority")) {
     unsigned priority = 0;
     if (!parse_number(*p, priority) || priority > 9)
-      return error(*c, "invalid priority header '" + *p + "': use an integer from 0 to 9", &f);
+      return error(*c, "invalid priority header '" + *p + "': use an integer from 0 to 9", &f), false;
     record.priority = static_cast<std::uint8_t>(priority);
   }
   if (const std::string* e = f.find("expires")) {
     if (!parse_number(*e, record.expires))
-      return error(*c, "invalid expires header '" + *e + "': use epoch milliseconds, 0 for never", &f);
+      return error(*c, "invalid expires header '" + *e + "': use epoch milliseconds, 0 for never", &f), false;
   }
 
-  storage::batch b;
   std::vector<queue_ptr> targets;
   std::string_view dest = *destination;
   if (dest.substr(0, kQueuePrefix.size()) == kQueuePrefix && dest.size() > kQueuePrefix.size()) {
-    targets.push_back(find_or_create_queue(std::string(dest.substr(kQueuePrefix.size())), b));
+    targets.push_back(find_or_create_queue(std::string(dest.substr(kQueuePrefix.size())), records));
   } else if (dest.substr(0, kTopicPrefix.size()) == kTopicPrefix && dest.size() > kTopicPrefix.size()) {
     auto t = topics.find(std::string(dest.substr(kTopicPrefix.size())));
     if (t != topics.end()) targets = t->second.subscriptions;
   } else {
-    return error(*c, "invalid destination '" + *destination + "': use /queue/NAME or /topic/NAME", &f);
+    return error(*c, "invalid destination '" + *destination + "': use /queue/NAME or /topic/NAME", &f), false;
   }
 
   record.destination = *destination;
@@ -97,48 +104,68 @@ void broker::impl::handle_send(const connection_ptr& c, frame& f) {
   auto msg = std::make_shared<message>();
   msg->id = next_message_id++;
   msg->record = std::move(record);
-  std::string mkey = storage::message_key(msg->id);
-
-  std::vector<std::pair<queue_ptr, queue_entry>> entries;
-  std::uint32_t stored = 0;
+  out.msg = msg;
   for (auto& q : targets) {
-    queue_entry e{storage::entry_key{q->id(), msg->record.priority, msg->id}, 0, msg->record.persistent && q->durable(),
-                  msg};
-    if (e.stored) {
-      b.put(storage::table::entries, e.key.encode(), storage::encode_delivery_count(0));
-      q->hold(e.key);
-      ++stored;
-    }
-    entries.emplace_back(q, std::move(e));
+    bool stored = msg->record.persistent && q->durable();
+    out.entries.emplace_back(q, queue_entry{storage::entry_key{q->id(), msg->record.priority, msg->id}, 0, stored, msg});
   }
-  if (stored > 0) {
-    b.put(storage::table::messages, mkey, msg->record.encode());
-    if (stored > 1) {
-      std::string refs;
-      storage::put_u32(refs, stored);
-      b.put(storage::table::message_refs, mkey, refs);
+  return true;
+}
+
+void broker::impl::publish(std::vector<std::pair<queue_ptr, queue_entry>>& entries) {
+  for (auto& [q, e] : entries) {
+    if (e.stored) q->release_hold(e.key);
+    q->push(std::move(e));
+  }
+  for (auto& [q, e] : entries) dispatch(q);
+}
+
+void broker::impl::handle_send(const connection_ptr& c, frame& f) {
+  rm::branch_ptr branch;
+  if (!branch_for(c, f, branch)) return;
+  storage::batch b;
+  routed_message routed;
+  if (!route(c, f, routed, b)) return;
+
+  if (branch) {
+    // Inside a transaction the message waits in the branch; nothing is visible before commit. A
+    // branch that no longer takes work (rolled back, rollback-only) drops it: its end, prepare or
+    // commit answers XA_RB*.
+    if (takes_work(*branch)) {
+      rm::staged_send staged{routed.msg, {}};
+      for (auto& [q, e] : routed.entries) staged.targets.push_back(rm::send_target{e.key, e.stored});
+      branch->work.sends.push_back(std::move(staged));
     }
-    std::string next;
-    storage::put_u64(next, next_message_id);
-    b.put(storage::table::meta, storage::kNextMessageIdKey, next);
+    return receipt_after(c, f, std::move(b));  // b holds only new queues' records
   }
 
-  auto publish = [this](std::vector<std::pair<queue_ptr, queue_entry>>& list) {
-    for (auto& [q, e] : list) {
-      if (e.stored) q->release_hold(e.key);
-      q->push(std::move(e));
-    }
-    for (auto& [q, e] : list) dispatch(q);
-  };
-
-  if (b.empty()) {
-    publish(entries);
+  std::uint32_t stored = 0;
+  for (auto& [q, e] : routed.entries) {
+    if (!e.stored) continue;
+    b.put(storage::table::entries, e.key.encode(), storage::encode_delivery_count(0));
+    q->hold(e.key);
+    ++stored;
+  }
+  if (stored == 0) {
+    if (!b.empty()) submit(std::move(b), [](const storage::status&) {});
+    publish(routed.entries);
     return receipt(*c, f);
   }
+  std::string mkey = storage::message_key(routed.msg->id);
+  b.put(storage::table::messages, mkey, routed.msg->record.encode());
+  if (stored > 1) {
+    std::string refs;
+    storage::put_u32(refs, stored);
+    b.put(storage::table::message_refs, mkey, refs);
+  }
+  std::string next;
+  storage::put_u64(next, next_message_id);
+  b.put(storage::table::meta, storage::kNextMessageIdKey, next);
+
   const std::string* r = f.find("receipt");
   std::optional<std::string> receipt_id = r ? std::optional<std::string>(*r) : std::nullopt;
   // Nobody sees the message until it is durable: consumers get it from the completion.
-  submit(std::move(b), [this, c, receipt_id, publish, entries = std::move(entries)](const storage::status& s) mutable {
+  submit(std::move(b), [this, c, receipt_id, entries = std::move(routed.entries)](const storage::status& s) mutable {
     if (!s.ok()) {
       for (auto& [q, e] : entries)
         if (e.stored) q->release_hold(e.key);

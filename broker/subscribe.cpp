@@ -87,7 +87,7 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
                                          queue::kind::durable_subscription, topic_name, &store,
                                          config.queue_memory_window);
         q->storage_key = key;
-        queues.emplace(key, q);
+        add_queue(q);
         topics[topic_name].subscriptions.push_back(q);
         persist_queue_record(*q, b);
         sub->source = q;
@@ -95,6 +95,7 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
     } else {
       auto q = std::make_shared<queue>(next_queue_id++, "subscription-" + std::to_string(c->id) + "-" + id,
                                        queue::kind::subscription, topic_name, &store, config.queue_memory_window);
+      add_queue(q);
       topics[topic_name].subscriptions.push_back(q);
       sub->source = q;
     }
@@ -121,6 +122,7 @@ void broker::impl::detach(subscription& s, storage::batch& b) {
     // A non-durable subscription's queue lives and dies with its only consumer.
     auto t = topics.find(s.source->topic());
     if (t != topics.end()) std::erase(t->second.subscriptions, s.source);
+    queues_by_id.erase(s.source->id());
   }
 }
 
@@ -128,6 +130,7 @@ void broker::impl::drop_durable_queue(const queue_ptr& q, storage::batch& b) {
   auto t = topics.find(q->topic());
   if (t != topics.end()) std::erase(t->second.subscriptions, q);
   queues.erase(q->storage_key);
+  queues_by_id.erase(q->id());
   b.erase(storage::table::queues, q->storage_key);
   storage::status s = store.scan(storage::table::entries, storage::queue_prefix(q->id()), storage::queue_prefix(q->id()),
                                  [&](std::string_view k, std::string_view) {

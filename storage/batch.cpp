@@ -12,6 +12,7 @@ const char* table_name(table t) {
     case table::messages: return "messages";
     case table::message_refs: return "message_refs";
     case table::entries: return "entries";
+    case table::branches: return "branches";
   }
   return "unknown";
 }

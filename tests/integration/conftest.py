@@ -58,7 +58,8 @@ class Broker:
 
     def __init__(self, data_dir=None, config=None, args=(), workdir=None, listen=True):
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="escrow-it-"))
-        self.data_dir = Path(data_dir) if data_dir else self.workdir / "data"
+        # data_dir=False: no --data-dir option (the configuration file or the default decides)
+        self.data_dir = None if data_dir is False else Path(data_dir) if data_dir else self.workdir / "data"
         self.config_path = None
         if config is not None:
             self.config_path = self.workdir / "escrowd.toml"
@@ -188,9 +189,6 @@ class Broker:
                 last = run
             out.append(line.decode("utf-8", "replace").rstrip("\n"))
         return "\n".join(out)
-
-    def log_contains(self, text):
-        return text in self.log
 
     @property
     def address(self):
@@ -397,11 +395,11 @@ class Client:
 
     def drop(self):
         """Closes the TCP connection without DISCONNECT (a crashed client)."""
-        self.conn.transport.disconnect_socket()
         self.close()
 
     def close(self):
         try:
+            self.conn.transport.disconnect_socket()
             self.conn.transport.stop()
         except Exception:
             pass
@@ -423,18 +421,21 @@ class Client:
         def matching():
             return [m for m in self.listener.messages
                     if subscription is None or m.headers.get("subscription") == subscription]
-        self.listener.wait_for(lambda: len(matching()) >= n or self.listener.errors,
+        # A closed connection gets nothing more: stop waiting (a crashed broker fails fast).
+        self.listener.wait_for(lambda: len(matching()) >= n or self.listener.errors or self.listener.disconnected,
                                timeout or TIMEOUT, f"{n} messages")
         with self.listener.cond:
             got = matching()
         assert not self.listener.errors, f"ERROR frames: {[(dict(e.headers), e.body) for e in self.listener.errors]}"
+        assert len(got) >= n, f"connection closed after {len(got)} of {n} messages"
         return got
 
     def wait_body(self, body, timeout=None):
         """Waits until a message with this body arrived; returns every message so far."""
-        self.listener.wait_for(lambda: any(m.body == body for m in self.listener.messages) or self.listener.errors,
-                               timeout or TIMEOUT, f"message {body!r}")
+        self.listener.wait_for(lambda: any(m.body == body for m in self.listener.messages) or self.listener.errors
+                               or self.listener.disconnected, timeout or TIMEOUT, f"message {body!r}")
         assert not self.listener.errors, f"ERROR frames: {[(dict(e.headers), e.body) for e in self.listener.errors]}"
+        assert any(m.body == body for m in self.messages), f"connection closed before message {body!r} arrived"
         return self.messages
 
     def wait_error(self, timeout=None):
@@ -487,8 +488,9 @@ def drain(client, destination, sentinel_sender, ack="auto", headers=None, timeou
 # --------------------------------------------------------------------------------------------
 
 class Frame:
-    def __init__(self, command, header_list, body):
+    def __init__(self, command, header_list, body, raw_header_lines=()):
         self.command = command
+        self.raw_header_lines = list(raw_header_lines)  # the header lines as they came, escaped
         self.header_list = header_list  # every (name, value) in order, unescaped
         self.headers = {}
         for k, v in header_list:
@@ -582,7 +584,7 @@ class RawStomp:
                 return None
             body = self.buf[start:nul]
             self.buf = self.buf[nul + 1:]
-        return Frame(command, header_list, body)
+        return Frame(command, header_list, body, lines[1:])
 
     def read_frame(self, timeout=None):
         """The next frame; raises Closed if the server closed first, TimeoutError on timeout."""
@@ -660,6 +662,17 @@ def raw(request):
     yield make
     for s in socks:
         s.close()
+
+
+def assert_escaped(frame):
+    """A STOMP 1.2 frame other than CONNECTED: every header line has one ':' (the separator) and
+    only the escapes \\r \\n \\c \\\\."""
+    for line in frame.raw_header_lines:
+        name, _, value = line.partition(b":")
+        assert b":" not in value, f"unescaped ':' in header line {line!r} of {frame.command}"
+        for part in (name, value):
+            assert re.fullmatch(rb"(?:[^\\]|\\[rnc\\])*", part, re.S), \
+                f"invalid escape in header line {line!r} of {frame.command}"
 
 
 def frame_bytes(command, headers=(), body=b""):

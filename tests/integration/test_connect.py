@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conftest import SLOW, frame_bytes, unique
+from conftest import SLOW, assert_escaped, frame_bytes, unique
 
 
 def test_connect_12_answers_connected_with_version_server_session_heartbeat(broker, raw):
@@ -75,13 +75,11 @@ def test_no_common_version_is_error_with_version_header_then_close(broker, raw, 
 def test_second_connect_is_error_and_close(broker, raw):
     s = raw(broker)
     s.connect()
-    q = f"/queue/{unique()}"
     s.send("CONNECT\naccept-version:1.2\nhost:localhost\nreceipt:again\n\n\0")
     frames = s.read_until_closed()
     assert [f.command for f in frames] == ["ERROR"], frames
     assert "CONNECT" in frames[0].headers.get("message", ""), frames[0]
     assert frames[0].headers.get("receipt-id") == "again"
-    del q
 
 
 @pytest.mark.parametrize("command", ["SEND", "SUBSCRIBE", "DISCONNECT", "ACK"])
@@ -178,3 +176,23 @@ def test_connect_timeout_closes_a_silent_socket(broker_factory, raw):
     time.sleep(0.5)
     ok.send(frame_bytes("SUBSCRIBE", [("id", "0"), ("destination", "/queue/x"), ("receipt", "r")]))
     assert ok.read_frame().command == "RECEIPT"
+
+
+def test_receipt_id_is_escaped_like_any_header(broker, raw):
+    s = raw(broker)
+    s.connect()
+    # receipt value "r:1\\x" (escaped on the wire as r\c1\\x) comes back in receipt-id
+    s.send(frame_bytes("SUBSCRIBE", [("id", "0"), ("destination", "/queue/esc"), ("receipt", "r\\c1\\\\x")]))
+    r = s.read_frame()
+    assert r.command == "RECEIPT" and r.headers["receipt-id"] == "r:1\\x", r
+    assert_escaped(r)
+
+
+def test_destination_with_escaped_colon(broker, raw):
+    s = raw(broker)
+    s.connect()
+    s.send(frame_bytes("SUBSCRIBE", [("id", "0"), ("destination", "/queue/a\\cb")]))
+    s.send(frame_bytes("SEND", [("destination", "/queue/a\\cb")], "colon"))
+    m = s.read_frame()
+    assert m.command == "MESSAGE" and m.headers["destination"] == "/queue/a:b", m
+    assert_escaped(m)

@@ -17,8 +17,8 @@
 namespace escrow::storage {
 
 // The named sub-databases of the environment. See schema.h for what each holds.
-enum class table : std::uint8_t { meta = 0, queues = 1, messages = 2, message_refs = 3, entries = 4 };
-inline constexpr int kTableCount = 5;
+enum class table : std::uint8_t { meta = 0, queues = 1, messages = 2, message_refs = 3, entries = 4, branches = 5 };
+inline constexpr int kTableCount = 6;
 const char* table_name(table t);
 
 class batch {

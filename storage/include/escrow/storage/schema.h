@@ -5,6 +5,7 @@
 //   messages      u64 message id -> message_record (headers and body, stored once)
 //   message_refs  u64 message id -> u32 references, only while a message has more than one
 //   entries       entry_key (u32 queue id, u8 9-priority, u64 message id) -> u32 delivery count
+//   branches      xid::encode() -> a prepared or heuristically completed branch (rm/record.h)
 //
 // Queue order is key order: a cursor over a queue's entries yields them by priority, highest
 // first, then by arrival. All integers are big-endian. docs/storage.md has the same layout.

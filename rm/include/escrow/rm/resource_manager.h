@@ -1,0 +1,102 @@
+// The resource manager: every transaction branch keyed by xid, which connection is associated with
+// which branch, the XA calls (start, end, prepare, commit, rollback, forget, recover), local
+// transactions (a branch committed in one phase), timeouts, heuristic decisions by an operator,
+// and the rebuilding of prepared branches from storage at start.
+//
+// It decides and records; it does not touch queues. A call answers a reply: the XA code, and when
+// the call changes what is durable, a storage batch. The broker submits that batch and, once it is
+// durable, calls finish() for the final code and applies the reply's work to its queues (commit:
+// sends become visible, consumed entries are removed; rollback: consumed entries return). So every
+// commit, one-phase, two-phase, local or heuristic, is one storage batch (durability point 4).
+//
+// Thread: the core strand only; no locks.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "escrow/rm/branch.h"
+#include "escrow/storage/batch.h"
+#include "escrow/storage/status.h"
+
+namespace escrow::storage {
+class store;
+}
+
+namespace escrow::rm {
+
+class resource_manager {
+ public:
+  explicit resource_manager(std::chrono::milliseconds branch_timeout);
+
+  // Rebuilds prepared and heuristically completed branches from the `branches` table. Their
+  // consumed entries must then be held by the broker's queues, their sends stay invisible.
+  storage::status load(const storage::store& store);
+
+  struct reply {
+    int code = 0;
+    action act = action::nothing;
+    branch_ptr target;
+    storage::batch write;  // when not empty: submit it, then call finish() with its outcome
+    branch_work work;      // for commit and rollback actions: what to apply once durable
+  };
+
+  // An XA call from connection `connection`. XAER_PROTO for a branch with a write in flight.
+  reply call(xa_verb verb, std::uint64_t connection, const xid& x, long flags);
+
+  // After a reply's write completed: the final code. On failure the branch is as before the call
+  // (its work given back) and the code is XAER_RMFAIL: the manager may try again later.
+  int finish(reply& r, const storage::status& outcome);
+
+  // XA_RECOVER: writes up to `count` xids of prepared and heuristically completed branches.
+  // Returns how many, or an XAER code. TMSTARTRSCAN opens a scan per connection, TMNOFLAGS
+  // continues it, TMENDRSCAN closes it (both at once: one whole scan).
+  int recover(std::uint64_t connection, long count, long flags, std::vector<xid>& out);
+
+  // An operator decides a prepared branch. XAER_NOTA if unknown, XAER_PROTO if not prepared.
+  reply heuristic(const xid& x, bool commit);
+
+  // The branch `connection` is associated with (T1), or null.
+  branch_ptr associated_branch(std::uint64_t connection) const;
+
+  // A STOMP local transaction: a new idle branch with a broker-made xid, never associated.
+  branch_ptr begin_local(std::uint64_t connection);
+
+  // The connection is gone: branches it was associated with (or had suspended) become
+  // rollback-only; idle and prepared branches are untouched.
+  void connection_closed(std::uint64_t connection);
+
+  // Branches not prepared by their deadline are rolled back: one reply each (act time_out), to be
+  // submitted and finished like any other. Remembered rolled-back branches that nobody asked
+  // about for another timeout are dropped.
+  std::vector<reply> expire(std::chrono::steady_clock::time_point now);
+
+  const std::map<xid, branch_ptr>& branches() const { return branches_; }
+  // The largest message id a recovered branch staged (the broker's ids must stay above it).
+  std::uint64_t max_staged_message_id() const;
+
+ private:
+  association association_of(std::uint64_t connection, const branch& b) const;
+  void dissociate(std::uint64_t connection, branch& b);
+  void remove(const branch_ptr& b);
+  storage::batch commit_batch(const branch& b, bool has_record, bool keep_record) const;
+  storage::batch rollback_batch(const branch& b, bool has_record, bool keep_record) const;
+
+  std::chrono::milliseconds timeout_;
+  std::map<xid, branch_ptr> branches_;
+  std::unordered_map<std::uint64_t, xid> active_;  // connection -> branch it is associated with
+  struct scan {
+    std::vector<xid> xids;
+    std::size_t next = 0;
+  };
+  std::unordered_map<std::uint64_t, scan> scans_;
+  std::uint64_t local_counter_ = 0;
+};
+
+// The formatID of the xids the broker makes for local transactions ("ESCR").
+inline constexpr std::int64_t kLocalFormatId = 0x45534352;
+
+}  // namespace escrow::rm

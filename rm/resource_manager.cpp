@@ -1,0 +1,337 @@
+// Carrying out the XA state machine's decisions (see resource_manager.h).
+#include "escrow/rm/resource_manager.h"
+
+#include <algorithm>
+
+#include "escrow/rm/record.h"
+#include "escrow/storage/coding.h"
+#include "escrow/storage/store.h"
+#include "escrow/xa.h"
+
+namespace escrow::rm {
+namespace {
+
+std::uint64_t wall_ms() {
+  using namespace std::chrono;
+  return static_cast<std::uint64_t>(duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count());
+}
+
+}  // namespace
+
+resource_manager::resource_manager(std::chrono::milliseconds branch_timeout) : timeout_(branch_timeout) {}
+
+storage::status resource_manager::load(const storage::store& store) {
+  std::string bad;
+  storage::status s = store.scan(storage::table::branches, {}, {}, [&](std::string_view k, std::string_view v) {
+    auto id = xid::decode(k);
+    auto b = std::make_shared<branch>();
+    if (!id || !decode_record(v, *b)) {
+      bad = "the branches table holds an unreadable record; restore the data directory from a backup";
+      return false;
+    }
+    b->id = *id;
+    branches_.emplace(*id, b);
+    return true;
+  });
+  if (!s.ok()) return s;
+  if (!bad.empty()) return {storage::status::code::corrupt, bad};
+  return {};
+}
+
+std::uint64_t resource_manager::max_staged_message_id() const {
+  std::uint64_t max_id = 0;
+  for (const auto& [id, b] : branches_)
+    for (const auto& s : b->work.sends) max_id = std::max(max_id, s.msg->id);
+  return max_id;
+}
+
+association resource_manager::association_of(std::uint64_t connection, const branch& b) const {
+  if (b.associated.count(connection)) return association::here;
+  if (b.suspended.count(connection)) return association::suspended_here;
+  return active_.count(connection) ? association::elsewhere : association::none;
+}
+
+void resource_manager::dissociate(std::uint64_t connection, branch& b) {
+  b.associated.erase(connection);
+  b.suspended.erase(connection);
+  auto it = active_.find(connection);
+  if (it != active_.end() && it->second == b.id) active_.erase(it);
+}
+
+void resource_manager::remove(const branch_ptr& b) {
+  for (auto c : std::vector<std::uint64_t>(b->associated.begin(), b->associated.end())) dissociate(c, *b);
+  b->suspended.clear();
+  branches_.erase(b->id);
+}
+
+storage::batch resource_manager::commit_batch(const branch& b, bool has_record, bool keep_record) const {
+  storage::batch out;
+  for (const auto& s : b.work.sends) {
+    std::uint32_t stored = 0;
+    for (const auto& t : s.targets) {
+      if (!t.stored) continue;
+      out.put(storage::table::entries, t.key.encode(), storage::encode_delivery_count(0));
+      ++stored;
+    }
+    if (stored == 0) continue;
+    std::string key = storage::message_key(s.msg->id);
+    out.put(storage::table::messages, key, s.msg->record.encode());
+    if (stored > 1) {
+      std::string refs;
+      storage::put_u32(refs, stored);
+      out.put(storage::table::message_refs, key, refs);
+    }
+  }
+  for (const auto& c : b.work.consumed) {
+    if (!c.stored) continue;
+    if (c.negative) {
+      out.put(storage::table::entries, c.key.encode(), storage::encode_delivery_count(c.delivery_count + 1));
+    } else {
+      out.erase(storage::table::entries, c.key.encode());
+      out.release_message(storage::message_key(c.key.message_id));
+    }
+  }
+  if (has_record) {
+    if (keep_record) {
+      branch outcome;
+      outcome.state = branch_state::heuristic_committed;
+      outcome.created_ms = b.created_ms;
+      out.put(storage::table::branches, b.id.encode(), encode_record(outcome));
+    } else {
+      out.erase(storage::table::branches, b.id.encode());
+    }
+  }
+  return out;
+}
+
+storage::batch resource_manager::rollback_batch(const branch& b, bool has_record, bool keep_record) const {
+  storage::batch out;
+  for (const auto& c : b.work.consumed)
+    if (c.stored)
+      out.put(storage::table::entries, c.key.encode(), storage::encode_delivery_count(c.delivery_count + 1));
+  if (has_record) {
+    if (keep_record) {
+      branch outcome;
+      outcome.state = branch_state::heuristic_rolled_back;
+      outcome.created_ms = b.created_ms;
+      out.put(storage::table::branches, b.id.encode(), encode_record(outcome));
+    } else {
+      out.erase(storage::table::branches, b.id.encode());
+    }
+  }
+  return out;
+}
+
+resource_manager::reply resource_manager::call(xa_verb verb, std::uint64_t connection, const xid& x, long flags) {
+  reply r;
+  auto it = branches_.find(x);
+  branch_ptr b = it == branches_.end() ? nullptr : it->second;
+  if (b && b->busy) {
+    r.code = XAER_PROTO;  // a prepare, commit or rollback of this branch is still being written
+    return r;
+  }
+  call_context c{verb, flags, b ? b->state : branch_state::none, association::none};
+  if (b) {
+    c.caller = association_of(connection, *b);
+    std::size_t others = b->associated.size() + b->suspended.size();
+    if (c.caller == association::here || c.caller == association::suspended_here) --others;
+    c.others_associated = others > 0;
+    c.has_work = !b->work.empty();
+    c.rolled_back_code = b->rolled_back_code;
+  } else {
+    c.caller = active_.count(connection) ? association::elsewhere : association::none;
+  }
+  decision d = decide(c);
+  r.code = d.code;
+  r.act = d.next;
+  r.target = b;
+  bool has_record = b && (b->state == branch_state::prepared || is_heuristic(b->state));
+
+  switch (d.next) {
+    case action::nothing: break;
+    case action::create: {
+      b = std::make_shared<branch>();
+      b->id = x;
+      b->state = branch_state::active;
+      b->associated.insert(connection);
+      b->deadline = std::chrono::steady_clock::now() + timeout_;
+      b->created_ms = wall_ms();
+      branches_.emplace(x, b);
+      active_[connection] = x;
+      r.target = b;
+      break;
+    }
+    case action::join:
+      b->associated.insert(connection);
+      b->state = branch_state::active;
+      active_[connection] = x;
+      break;
+    case action::resume:
+      b->suspended.erase(connection);
+      b->associated.insert(connection);
+      active_[connection] = x;
+      break;
+    case action::suspend:
+      b->associated.erase(connection);
+      b->suspended.insert(connection);
+      active_.erase(connection);
+      break;
+    case action::end_success:
+      dissociate(connection, *b);
+      if (b->state == branch_state::active && b->associated.empty() && b->suspended.empty())
+        b->state = branch_state::idle;
+      break;
+    case action::end_fail:
+      dissociate(connection, *b);
+      b->state = branch_state::rollback_only;
+      break;
+    case action::end_rolled_back: dissociate(connection, *b); break;
+    case action::prepare:
+      b->busy = true;
+      r.write.put(storage::table::branches, x.encode(), encode_record(*b));
+      break;
+    case action::read_only: remove(b); break;
+    case action::commit_one_phase:
+    case action::commit_prepared:
+      b->busy = true;
+      r.write = commit_batch(*b, has_record, false);
+      r.work = std::move(b->work);
+      break;
+    case action::roll_back:
+      b->busy = true;
+      r.write = rollback_batch(*b, has_record, false);
+      r.work = std::move(b->work);
+      break;
+    case action::forget:
+      b->busy = true;
+      r.write.erase(storage::table::branches, x.encode());
+      break;
+    case action::discard: remove(b); break;
+    case action::heuristic_commit:
+    case action::heuristic_rollback:
+    case action::time_out: break;  // not decisions of decide()
+  }
+  return r;
+}
+
+int resource_manager::finish(reply& r, const storage::status& outcome) {
+  branch_ptr b = r.target;
+  if (!b) return r.code;
+  b->busy = false;
+  if (!outcome.ok()) {
+    // Nothing of the write happened: give the work back and let the manager try again.
+    if (!r.work.empty()) b->work = std::move(r.work);
+    return XAER_RMFAIL;
+  }
+  switch (r.act) {
+    case action::prepare: b->state = branch_state::prepared; break;
+    case action::commit_one_phase:
+    case action::commit_prepared:
+    case action::roll_back:
+    case action::forget: remove(b); break;
+    case action::heuristic_commit: b->state = branch_state::heuristic_committed; break;
+    case action::heuristic_rollback: b->state = branch_state::heuristic_rolled_back; break;
+    case action::time_out:
+      b->state = branch_state::rolled_back;
+      b->rolled_back_code = XA_RBTIMEOUT;
+      b->deadline = std::chrono::steady_clock::now() + timeout_;  // remembered this long
+      break;
+    default: break;
+  }
+  return r.code;
+}
+
+int resource_manager::recover(std::uint64_t connection, long count, long flags, std::vector<xid>& out) {
+  if ((flags & ~(TMSTARTRSCAN | TMENDRSCAN)) != 0 || count < 0) return XAER_INVAL;
+  auto it = scans_.find(connection);
+  if (flags & TMSTARTRSCAN) {
+    scan s;
+    for (const auto& [id, b] : branches_)
+      if (b->state == branch_state::prepared || is_heuristic(b->state)) s.xids.push_back(id);
+    it = scans_.insert_or_assign(connection, std::move(s)).first;
+  } else if (it == scans_.end()) {
+    if (flags == TMENDRSCAN && count == 0) return 0;  // managers close a scan that way
+    return XAER_PROTO;
+  }
+  scan& s = it->second;
+  int written = 0;
+  while (written < count && s.next < s.xids.size()) {
+    out.push_back(s.xids[s.next++]);
+    ++written;
+  }
+  if (flags & TMENDRSCAN) scans_.erase(it);
+  return written;
+}
+
+resource_manager::reply resource_manager::heuristic(const xid& x, bool commit) {
+  reply r;
+  auto it = branches_.find(x);
+  if (it == branches_.end()) {
+    r.code = XAER_NOTA;
+    return r;
+  }
+  branch_ptr b = it->second;
+  if (b->state != branch_state::prepared || b->busy) {
+    r.code = XAER_PROTO;
+    return r;
+  }
+  r.code = XA_OK;
+  r.target = b;
+  r.act = commit ? action::heuristic_commit : action::heuristic_rollback;
+  b->busy = true;
+  r.write = commit ? commit_batch(*b, true, true) : rollback_batch(*b, true, true);
+  r.work = std::move(b->work);
+  return r;
+}
+
+branch_ptr resource_manager::associated_branch(std::uint64_t connection) const {
+  auto it = active_.find(connection);
+  if (it == active_.end()) return nullptr;
+  auto b = branches_.find(it->second);
+  return b == branches_.end() ? nullptr : b->second;
+}
+
+branch_ptr resource_manager::begin_local(std::uint64_t connection) {
+  auto b = std::make_shared<branch>();
+  b->id = xid(kLocalFormatId, "local-" + std::to_string(connection) + "-" + std::to_string(++local_counter_), "");
+  b->state = branch_state::idle;
+  b->local = true;
+  b->created_ms = wall_ms();
+  branches_.emplace(b->id, b);
+  return b;
+}
+
+void resource_manager::connection_closed(std::uint64_t connection) {
+  scans_.erase(connection);
+  for (auto& [id, b] : branches_) {
+    if (!b->associated.count(connection) && !b->suspended.count(connection)) continue;
+    dissociate(connection, *b);
+    if (b->state == branch_state::active) b->state = branch_state::rollback_only;
+  }
+}
+
+std::vector<resource_manager::reply> resource_manager::expire(std::chrono::steady_clock::time_point now) {
+  std::vector<reply> out;
+  std::vector<branch_ptr> forgotten;
+  for (auto& [id, b] : branches_) {
+    if (b->local || b->busy || b->deadline > now) continue;
+    if (b->state == branch_state::rolled_back) {
+      forgotten.push_back(b);
+      continue;
+    }
+    if (b->state != branch_state::active && b->state != branch_state::idle && b->state != branch_state::rollback_only)
+      continue;
+    reply r;
+    r.code = XA_RBTIMEOUT;
+    r.act = action::time_out;
+    r.target = b;
+    b->busy = true;
+    r.write = rollback_batch(*b, false, false);
+    r.work = std::move(b->work);
+    out.push_back(std::move(r));
+  }
+  for (auto& b : forgotten) remove(b);
+  return out;
+}
+
+}  // namespace escrow::rm
