@@ -50,12 +50,27 @@ void broker::impl::schedule_expiry() {
 }
 
 void broker::impl::submit(storage::batch b, std::function<void(const storage::status&)> done) {
+  // Completions arrive on the committer thread, a group at a time. They are collected here and
+  // run in one core turn (one post, one flush per connection) rather than one post each.
   store.submit(std::move(b), [this, done = std::move(done)](storage::status s) mutable {
-    post([this, done = std::move(done), s = std::move(s)] {
-      done(s);
-      flush();
-    });
+    bool first;
+    {
+      std::lock_guard lock(completed_mutex);
+      first = completed.empty();
+      completed.emplace_back(std::move(done), std::move(s));
+    }
+    if (first) post([this] { run_completions(); });
   });
+}
+
+void broker::impl::run_completions() {
+  std::vector<std::pair<std::function<void(const storage::status&)>, storage::status>> ready;
+  {
+    std::lock_guard lock(completed_mutex);
+    ready.swap(completed);
+  }
+  for (auto& [done, s] : ready) done(s);
+  flush();
 }
 
 void broker::impl::flush() {
@@ -125,6 +140,11 @@ storage::status broker::open() {
     std::string_view v = value;
     std::uint64_t next = 0;
     if (storage::get_u64(v, next)) m.next_message_id = std::max(m.next_message_id, next);
+  }
+  if (storage::status s = m.store.get(storage::table::meta, storage::kNextQueueIdKey, value); s.ok()) {
+    std::string_view v = value;
+    std::uint32_t next = 0;
+    if (storage::get_u32(v, next)) m.next_queue_id = std::max(m.next_queue_id, next);
   }
   std::string last;
   if (m.store.last_key(storage::table::messages, last).ok()) {
@@ -202,12 +222,15 @@ void broker::on_connect(std::uint64_t id, std::shared_ptr<outbound> out, connect
   });
 }
 
-void broker::on_frame(std::uint64_t id, frame f) {
-  impl_->post([m = impl_.get(), id, f = std::move(f)]() mutable {
+void broker::on_frames(std::uint64_t id, std::vector<frame> frames) {
+  impl_->post([m = impl_.get(), id, frames = std::move(frames)]() mutable {
     auto it = m->connections.find(id);
-    if (it == m->connections.end() || it->second->input_closed) return;
+    if (it == m->connections.end()) return;
     connection_ptr c = it->second;
-    m->handle_frame(c, f);
+    for (auto& f : frames) {
+      if (c->input_closed) break;
+      m->handle_frame(c, f);
+    }
     m->flush();
   });
 }

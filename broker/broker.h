@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "config.h"
 #include "escrow/frame.h"
@@ -49,8 +50,8 @@ class broker {
 
   // The session accepted CONNECT: the core answers CONNECTED through `out`.
   void on_connect(std::uint64_t connection_id, std::shared_ptr<outbound> out, connect_info info);
-  // A frame after CONNECT, in arrival order.
-  void on_frame(std::uint64_t connection_id, frame f);
+  // Frames after CONNECT, in arrival order (all those one read brought).
+  void on_frames(std::uint64_t connection_id, std::vector<frame> frames);
   // The connection is gone: its unacknowledged messages return to their queues.
   void on_closed(std::uint64_t connection_id);
   // The connection's socket has drained what was pending: deliveries may resume.

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <string>
@@ -90,6 +91,9 @@ struct broker::impl {
   std::function<void(std::function<void()>)> post;
   // Submits a batch; `done` runs on the core strand with the outcome, then outboxes are flushed.
   void submit(storage::batch b, std::function<void(const storage::status&)> done);
+  void run_completions();
+  std::mutex completed_mutex;  // the one lock: committer thread -> core strand hand-off
+  std::vector<std::pair<std::function<void(const storage::status&)>, storage::status>> completed;
   // Sends every outbox filled during this core turn.
   void flush();
 

@@ -36,6 +36,9 @@ void broker::impl::persist_queue_record(queue& q, storage::batch& b) {
                                                           : storage::queue_record::kind::queue;
   r.topic = q.topic();
   b.put(storage::table::queues, q.storage_key, r.encode());
+  std::string next;
+  storage::put_u32(next, next_queue_id);
+  b.put(storage::table::meta, storage::kNextQueueIdKey, next);
   q.record_stored = true;
 }
 

@@ -141,7 +141,9 @@ bool session::on_frame(frame& f) {
     }
     return on_connect(f);
   }
-  core_.on_frame(id_, std::move(f));
+  std::vector<frame> one;
+  one.push_back(std::move(f));
+  core_.on_frames(id_, std::move(one));
   return true;
 }
 
@@ -155,12 +157,20 @@ asio::awaitable<void> session::read_loop() {
     frames.clear();
     bool ok = parser_.feed(std::string_view(buffer.data(), n), frames);
     bool keep_reading = true;
+    std::vector<frame> for_core;  // handed to the core in one post per read
     for (auto& f : frames) {
-      if (!on_frame(f)) {
-        keep_reading = false;
-        break;
+      if (!connected_ || f.command == "CONNECT" || f.command == "STOMP") {
+        if (!for_core.empty()) core_.on_frames(id_, std::move(for_core));
+        for_core.clear();
+        if (!on_frame(f)) {
+          keep_reading = false;
+          break;
+        }
+        continue;
       }
+      for_core.push_back(std::move(f));
     }
+    if (!for_core.empty()) core_.on_frames(id_, std::move(for_core));
     if (!keep_reading) break;
     if (!ok) {
       fail(parser_.error(), parser_.error_receipt());

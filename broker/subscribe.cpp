@@ -164,7 +164,8 @@ void broker::impl::handle_unsubscribe(const connection_ptr& c, const frame& f) {
   if (name && !c->info.client_id.empty()) {
     auto q = queues.find(durable_key(c->info.client_id, *name));
     if (q != queues.end() && q->second->consumers().empty()) {
-      drop_durable_queue(q->second, b);
+      queue_ptr doomed = q->second;  // a copy: dropping erases the map's own pointer
+      drop_durable_queue(doomed, b);
       source.reset();
     }
   }

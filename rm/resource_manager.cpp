@@ -30,6 +30,11 @@ storage::status resource_manager::load(const storage::store& store) {
       return false;
     }
     b->id = *id;
+    // What was not stored did not survive the restart: non-persistent messages, copies for
+    // non-durable subscriptions (whose queue ids may since belong to another queue).
+    for (auto& send : b->work.sends) std::erase_if(send.targets, [](const send_target& t) { return !t.stored; });
+    std::erase_if(b->work.sends, [](const staged_send& send) { return send.targets.empty(); });
+    std::erase_if(b->work.consumed, [](const consumed_entry& c) { return !c.stored; });
     branches_.emplace(*id, b);
     return true;
   });

@@ -1,5 +1,6 @@
 // The XA state tables (see state_machine.h and ../shared/XA.md). Each verb first checks its flags
-// (XAER_INVAL), then the caller's association (XAER_PROTO), then the branch state.
+// (XAER_INVAL), then that the xid is known (XAER_NOTA; start only with TMJOIN/TMRESUME), then the
+// caller's association (XAER_PROTO), then the branch state.
 #include "escrow/rm/state_machine.h"
 
 #include "escrow/xa.h"
@@ -55,8 +56,10 @@ bool only(long flags, long allowed) { return (flags & ~allowed) == 0; }
 decision start(const call_context& c) {
   const long f = c.flags;
   if (!only(f, TMJOIN | TMRESUME | TMNOWAIT) || ((f & TMJOIN) && (f & TMRESUME))) return answer(XAER_INVAL);
+  // TMJOIN and TMRESUME name an existing branch: an unknown one is XAER_NOTA whatever the caller's
+  // association, as for every other verb.
+  if ((f & (TMJOIN | TMRESUME)) && c.state == branch_state::none) return answer(XAER_NOTA);
   if (f & TMRESUME) {
-    if (c.state == branch_state::none) return answer(XAER_NOTA);
     if (c.caller != association::suspended_here) return answer(XAER_PROTO);
     if (c.state == branch_state::rolled_back) return {c.rolled_back_code, action::end_rolled_back};
     if (c.state == branch_state::rollback_only) return {XA_RBROLLBACK, action::resume};
@@ -66,7 +69,6 @@ decision start(const call_context& c) {
   if (c.caller != association::none) return answer(XAER_PROTO);
   if (f & TMJOIN) {
     switch (c.state) {
-      case branch_state::none: return answer(XAER_NOTA);
       case branch_state::active:
       case branch_state::idle: return {XA_OK, action::join};
       case branch_state::rollback_only: return answer(XA_RBROLLBACK);
@@ -116,14 +118,17 @@ decision commit(const call_context& c) {
   if (!only(c.flags, TMONEPHASE | TMNOWAIT)) return answer(XAER_INVAL);
   if (c.state == branch_state::none) return answer(XAER_NOTA);
   if (c.caller == association::here || c.caller == association::suspended_here) return answer(XAER_PROTO);
-  if (c.state == branch_state::rolled_back) return {c.rolled_back_code, action::discard};
   if (c.flags & TMONEPHASE) {
+    if (c.state == branch_state::rolled_back) return {c.rolled_back_code, action::discard};
     if (c.state == branch_state::idle) return {XA_OK, action::commit_one_phase};
     if (c.state == branch_state::rollback_only && !c.others_associated) return {XA_RBROLLBACK, action::roll_back};
     return answer(XAER_PROTO);
   }
   if (c.state == branch_state::prepared) return {XA_OK, action::commit_prepared};
   if (is_heuristic(c.state)) return answer(heuristic_code(c.state));
+  // Includes a branch the broker rolled back: XA_RB* is a valid answer only with TMONEPHASE, and a
+  // branch that was never prepared cannot be committed in two phases. It stays remembered for the
+  // manager's rollback.
   return answer(XAER_PROTO);
 }
 

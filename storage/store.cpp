@@ -82,6 +82,8 @@ struct store::impl {
   void run_committer();
   void trim_resident_pages();
   void find_map();
+  static constexpr int kRetryIsolated = -1;  // not an LMDB code: "apply the group batch by batch"
+  int apply_group(std::vector<pending_batch>& group, bool isolated, MDB_txn*& txn, std::uint64_t& applied);
   void* map_base = nullptr;  // where LMDB mapped data.mdb, if found
   std::size_t map_length = 0;
   int apply(MDB_txn* txn, const batch& b);
@@ -202,6 +204,39 @@ int store::impl::apply(MDB_txn* txn, const batch& b) {
   return well_formed ? rc : MDB_INVALID;
 }
 
+// Applies every batch of `group` in one write transaction (left open in `txn` for the caller to
+// commit). Fast path (isolated = false): all batches straight into the transaction; the first
+// failure answers kRetryIsolated. Isolated: each batch in a nested transaction; a failing batch
+// gets its status and the others go on.
+int store::impl::apply_group(std::vector<pending_batch>& group, bool isolated, MDB_txn*& txn,
+                             std::uint64_t& applied) {
+  applied = 0;
+  int rc = mdb_txn_begin(env, nullptr, 0, &txn);
+  if (rc != 0) return rc;
+  for (auto& p : group) {
+    if (p.work.empty()) continue;
+    if (!isolated) {
+      if (apply(txn, p.work) != 0) return kRetryIsolated;
+      ++applied;
+      continue;
+    }
+    MDB_txn* child = nullptr;
+    int brc = mdb_txn_begin(env, txn, 0, &child);
+    if (brc == 0) brc = apply(child, p.work);
+    if (brc == 0) {
+      brc = mdb_txn_commit(child);
+    } else if (child) {
+      mdb_txn_abort(child);
+    }
+    if (brc == 0) {
+      ++applied;
+    } else {
+      p.result = from_lmdb(brc, "batch not stored");
+    }
+  }
+  return 0;
+}
+
 void store::impl::run_committer() {
   std::vector<pending_batch> group;
   for (;;) {
@@ -224,25 +259,18 @@ void store::impl::run_committer() {
                       "the store stopped taking writes after a failed commit; restart escrowd"};
     } else if (any_writes) {
       MDB_txn* txn = nullptr;
-      int rc = mdb_txn_begin(env, nullptr, 0, &txn);
+      std::uint64_t applied = 0;
+      int rc = apply_group(group, false, txn, applied);
+      if (rc == kRetryIsolated) {
+        // A batch failed (typically a full map): redo the group with each batch in a nested
+        // transaction, so that the failing one leaves no trace and does not spoil the others.
+        // Nested transactions copy every page a batch touches, so this is the slow path only.
+        mdb_txn_abort(txn);
+        txn = nullptr;
+        for (auto& p : group) p.result = {};
+        rc = apply_group(group, true, txn, applied);
+      }
       if (rc == 0) {
-        std::uint64_t applied = 0;
-        for (auto& p : group) {
-          if (p.work.empty()) continue;
-          MDB_txn* child = nullptr;
-          int brc = mdb_txn_begin(env, txn, 0, &child);
-          if (brc == 0) brc = apply(child, p.work);
-          if (brc == 0) {
-            brc = mdb_txn_commit(child);
-          } else if (child) {
-            mdb_txn_abort(child);
-          }
-          if (brc == 0) {
-            ++applied;
-          } else {
-            p.result = from_lmdb(brc, "batch not stored");
-          }
-        }
         // The one durable point for the whole group: LMDB syncs data, then meta.
         rc = mdb_txn_commit(txn);
         if (rc == 0) {

@@ -68,6 +68,12 @@ std::optional<std::uint64_t> parse_decimal(std::string_view text) {
 }
 
 void append_escaped(std::string& out, std::string_view text, bool escape_cr) {
+  // Most values need no escaping: append them whole.
+  if (text.find_first_of(escape_cr ? std::string_view("\\\n:\r") : std::string_view("\\\n:")) ==
+      std::string_view::npos) {
+    out.append(text);
+    return;
+  }
   for (char c : text) {
     switch (c) {
       case '\\': out += "\\\\"; break;
@@ -293,13 +299,13 @@ bool frame_parser::finish_headers() {
 bool frame_parser::unescape(std::string_view in, std::string& out, bool is_name) {
   const char* what = is_name ? "header name" : "header value";
   out.clear();
-  out.reserve(in.size());
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    const char c = in[i];
-    if (c != '\\') {
-      out += c;
-      continue;
-    }
+  // Most headers have no escapes: copy runs between backslashes in bulk.
+  std::size_t i = 0;
+  for (;;) {
+    std::size_t slash = in.find('\\', i);
+    out.append(in.substr(i, slash == std::string_view::npos ? std::string_view::npos : slash - i));
+    if (slash == std::string_view::npos) return true;
+    i = slash;
     if (++i == in.size()) {
       return fail(std::string("invalid escape sequence: lone '\\' at the end of a ") + what);
     }
@@ -311,8 +317,8 @@ bool frame_parser::unescape(std::string_view in, std::string& out, bool is_name)
       default:
         return fail("invalid escape sequence " + quoted(in.substr(i - 1, 2)) + " in a " + what);
     }
+    ++i;
   }
-  return true;
 }
 
 // --- encoding -----------------------------------------------------------------------------------

@@ -140,7 +140,9 @@ std::optional<xid> xid::decode(std::string_view bytes) {
   std::size_t glen = static_cast<unsigned char>(bytes[4]);
   bytes.remove_prefix(5);
   if (glen < 1 || glen > MAXGTRIDSIZE || bytes.size() < glen || bytes.size() - glen > MAXBQUALSIZE) return std::nullopt;
-  return xid(static_cast<std::int64_t>(biased) - 0x80000000LL, std::string(bytes.substr(0, glen)),
+  std::int64_t format_id = static_cast<std::int64_t>(biased) - 0x80000000LL;
+  if (format_id == -1) return std::nullopt;  // the null XID names no branch
+  return xid(format_id, std::string(bytes.substr(0, glen)),
              std::string(bytes.substr(glen)));
 }
 

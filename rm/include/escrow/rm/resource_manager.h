@@ -40,7 +40,7 @@ class resource_manager {
     int code = 0;
     action act = action::nothing;
     branch_ptr target;
-    storage::batch write;  // when not empty: submit it, then call finish() with its outcome
+    storage::batch write;  // submit it when not empty; in every case call finish() with the outcome
     branch_work work;      // for commit and rollback actions: what to apply once durable
   };
 

@@ -1,6 +1,7 @@
 // What each table holds, and the typed keys and values that live in it (schema version 1).
 //
-//   meta          "schema-version" -> u32;  "next-message-id" -> u64 (ids below it were used)
+//   meta          "schema-version" -> u32;  "next-message-id" -> u64 (ids below it were used);
+//                 "next-queue-id" -> u32 (queue ids are never reused, even after a queue is dropped)
 //   queues        queue name -> queue_record (id, kind, topic)
 //   messages      u64 message id -> message_record (headers and body, stored once)
 //   message_refs  u64 message id -> u32 references, only while a message has more than one
@@ -21,6 +22,7 @@ namespace escrow::storage {
 
 inline constexpr std::string_view kSchemaVersionKey = "schema-version";
 inline constexpr std::string_view kNextMessageIdKey = "next-message-id";
+inline constexpr std::string_view kNextQueueIdKey = "next-queue-id";
 
 std::string message_key(std::uint64_t message_id);
 bool parse_message_key(std::string_view key, std::uint64_t& message_id);
