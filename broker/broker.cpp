@@ -91,28 +91,38 @@ void broker::impl::write(connection& c, const frame& f) {
 }
 
 void broker::impl::receipt(connection& c, const frame& request) {
-  const std::string* id = request.find("receipt");
-  if (!id) return;
-  frame r{"RECEIPT", {{"receipt-id", *id}}, {}};
-  write(c, r);
+  if (const std::string* id = request.find("receipt")) write_receipt(c, *id);
 }
 
-void broker::impl::receipt_after(const connection_ptr& c, const frame& request, storage::batch b) {
+void broker::impl::write_receipt(connection& c, std::string_view receipt_id) {
+  if (c.output_closed) return;
+  if (c.outbox.empty()) {
+    auto it = connections.find(c.id);
+    if (it != connections.end()) dirty.push_back(it->second);
+  }
+  frame_writer w(c.outbox, "RECEIPT", c.info.version, receipt_id.size() + 12);
+  w.header("receipt-id", receipt_id);
+  w.finish({});
+}
+
+void broker::impl::receipt_after(const connection_ptr& c, const frame& request, storage::batch b,
+                                 std::string what, std::function<void(bool stored)> then) {
   if (b.empty()) {
-    receipt(*c, request);
-    return;
+    if (then) then(true);
+    return receipt(*c, request);
   }
   const std::string* id = request.find("receipt");
   std::optional<std::string> receipt_id = id ? std::optional<std::string>(*id) : std::nullopt;
   std::string command = request.command;
-  submit(std::move(b), [this, c, receipt_id, command](const storage::status& s) {
+  submit(std::move(b), [this, c, receipt_id, command, what = std::move(what), then = std::move(then)](
+                           const storage::status& s) {
+    if (then) then(s.ok());
     if (!s.ok()) {
-      frame dummy{command, {}, {}};
-      if (receipt_id) dummy.add("receipt", *receipt_id);
-      error(*c, command + " could not be stored: " + s.message(), &dummy);
-      return;
+      frame request{command, {}, {}};
+      if (receipt_id) request.add("receipt", *receipt_id);
+      return error(*c, what + " not stored: " + s.message(), &request);
     }
-    if (receipt_id) write(*c, frame{"RECEIPT", {{"receipt-id", *receipt_id}}, {}});
+    if (receipt_id) write_receipt(*c, *receipt_id);
   });
 }
 
@@ -294,7 +304,11 @@ void broker::impl::handle_disconnect(const connection_ptr& c, const frame& f) {
     if (c->output_closed) return;
     std::string bytes = std::move(c->outbox);
     c->outbox.clear();
-    if (receipt_id) encode_to(bytes, frame{"RECEIPT", {{"receipt-id", *receipt_id}}, {}}, c->info.version);
+    if (receipt_id) {
+      frame_writer w(bytes, "RECEIPT", c->info.version);
+      w.header("receipt-id", *receipt_id);
+      w.finish({});
+    }
     c->output_closed = true;
     c->out->send_and_close(std::move(bytes));
   });

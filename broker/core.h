@@ -125,8 +125,13 @@ struct broker::impl {
 
   // Output.
   void write(connection& c, const frame& f);
+  void write_message(connection& c, const subscription& s, std::uint64_t tag, const queue_entry& e);
   void receipt(connection& c, const frame& request);
-  void receipt_after(const connection_ptr& c, const frame& request, storage::batch b);
+  void write_receipt(connection& c, std::string_view receipt_id);
+  // Submits `b` (when not empty); once it is durable runs `then(stored)` and answers `request`:
+  // its RECEIPT, or, if the store refused, ERROR "<what> not stored: ...".
+  void receipt_after(const connection_ptr& c, const frame& request, storage::batch b,
+                     std::string what = "the frame's work", std::function<void(bool stored)> then = {});
   // Sends ERROR naming `problem` (with receipt-id when `request` asked for one) and closes.
   void error(connection& c, const std::string& problem, const frame* request = nullptr,
              const std::string& detail = {});

@@ -36,6 +36,28 @@ void broker::impl::requeue(const queue_ptr& q, queue_entry e, storage::batch& b)
   q->push(std::move(e));
 }
 
+// The MESSAGE frame, written straight into the connection's outbox (the body is copied once).
+void broker::impl::write_message(connection& c, const subscription& s, std::uint64_t tag, const queue_entry& e) {
+  if (c.output_closed) return;
+  if (c.outbox.empty()) {
+    auto it = connections.find(c.id);
+    if (it != connections.end()) dirty.push_back(it->second);
+  }
+  const message& m = *e.msg;
+  std::size_t size = m.record.body.size() + m.record.destination.size() + s.id.size() + 160;
+  for (const auto& [name, value] : m.record.headers) size += name.size() + value.size() + 2;
+  frame_writer w(c.outbox, "MESSAGE", c.info.version, size);
+  w.header("subscription", s.id);
+  w.header("message-id", std::to_string(m.id));
+  w.header("destination", m.record.destination);
+  if (s.mode != ack_mode::auto_ack) w.header("ack", std::to_string(tag));
+  w.header("redelivered", e.delivery_count > 0 ? "true" : "false");
+  w.header("delivery-count", std::to_string(e.delivery_count + 1));
+  for (const auto& [name, value] : m.record.headers) w.header(name, value);
+  w.header("content-length", std::to_string(m.record.body.size()));
+  w.finish(m.record.body);
+}
+
 namespace {
 bool has_room(const subscription& s, std::size_t max_pending) {
   const connection& c = *s.owner;
@@ -86,19 +108,7 @@ void broker::impl::dispatch(const queue_ptr& q) {
 
     connection& c = *chosen->owner;
     std::uint64_t tag = c.next_tag++;
-    const message& m = *e.msg;
-    frame f{"MESSAGE",
-            {{"subscription", chosen->id},
-             {"message-id", std::to_string(m.id)},
-             {"destination", m.record.destination}},
-            {}};
-    if (chosen->mode != ack_mode::auto_ack) f.add("ack", std::to_string(tag));
-    f.add("redelivered", e.delivery_count > 0 ? "true" : "false");
-    f.add("delivery-count", std::to_string(e.delivery_count + 1));
-    for (const auto& [name, value] : m.record.headers) f.add(name, value);
-    f.add("content-length", std::to_string(m.record.body.size()));
-    f.body = m.record.body;
-    write(c, f);
+    write_message(c, *chosen, tag, e);
 
     if (chosen->mode == ack_mode::auto_ack) {
       // auto: the message counts as acknowledged once it is written to the consumer.
@@ -182,21 +192,9 @@ void broker::impl::handle_ack(const connection_ptr& c, const frame& f, bool posi
   sub->unacked.erase(first, last);
   queue_ptr source = sub->source;
 
-  if (b.empty()) {
-    receipt(*c, f);
-  } else {
-    const std::string* r = f.find("receipt");
-    std::optional<std::string> receipt_id = r ? std::optional<std::string>(*r) : std::nullopt;
-    submit(std::move(b), [this, c, receipt_id, holds = std::move(holds)](const storage::status& s) {
-      for (auto& [q, k] : holds) q->release_hold(k);
-      if (!s.ok()) {
-        frame request{"ACK", {}, {}};
-        if (receipt_id) request.add("receipt", *receipt_id);
-        return error(*c, "acknowledgement not stored: " + s.message(), &request);
-      }
-      if (receipt_id) write(*c, frame{"RECEIPT", {{"receipt-id", *receipt_id}}, {}});
-    });
-  }
+  receipt_after(c, f, std::move(b), "acknowledgement", [holds = std::move(holds)](bool) {
+    for (auto& [q, k] : holds) q->release_hold(k);
+  });
   dispatch(source);
 }
 

@@ -143,6 +143,7 @@ void broker::impl::handle_send(const connection_ptr& c, frame& f) {
   }
 
   std::uint32_t stored = 0;
+  b.reserve(routed.msg->record.body.size() + 256 + 32 * routed.entries.size());
   for (auto& [q, e] : routed.entries) {
     if (!e.stored) continue;
     b.put(storage::table::entries, e.key.encode(), storage::encode_delivery_count(0));
@@ -165,20 +166,13 @@ void broker::impl::handle_send(const connection_ptr& c, frame& f) {
   storage::put_u64(next, next_message_id);
   b.put(storage::table::meta, storage::kNextMessageIdKey, next);
 
-  const std::string* r = f.find("receipt");
-  std::optional<std::string> receipt_id = r ? std::optional<std::string>(*r) : std::nullopt;
   // Nobody sees the message until it is durable: consumers get it from the completion.
-  submit(std::move(b), [this, c, receipt_id, entries = std::move(routed.entries)](const storage::status& s) mutable {
-    if (!s.ok()) {
-      for (auto& [q, e] : entries)
-        if (e.stored) q->release_hold(e.key);
-      frame request{"SEND", {}, {}};
-      if (receipt_id) request.add("receipt", *receipt_id);
-      return error(*c, "message not stored: " + s.message(), &request);
-    }
-    publish(entries);
-    if (receipt_id) write(*c, frame{"RECEIPT", {{"receipt-id", *receipt_id}}, {}});
-  });
+  receipt_after(c, f, std::move(b), "message",
+                [this, entries = std::move(routed.entries)](bool stored) mutable {
+                  if (stored) return publish(entries);
+                  for (auto& [q, e] : entries)
+                    if (e.stored) q->release_hold(e.key);
+                });
 }
 
 }  // namespace escrow::broker

@@ -171,7 +171,7 @@ void broker::impl::handle_transaction(const connection_ptr& c, const frame& f) {
       return error(*c, command + " of transaction '" + name + "' failed: " + xa_result_name(code) +
                            " (the store refused the write; nothing of the transaction took effect)", &request);
     }
-    if (receipt_id) write(*c, frame{"RECEIPT", {{"receipt-id", *receipt_id}}, {}});
+    if (receipt_id) write_receipt(*c, *receipt_id);
   });
 }
 

@@ -323,34 +323,42 @@ bool frame_parser::unescape(std::string_view in, std::string& out, bool is_name)
 
 // --- encoding -----------------------------------------------------------------------------------
 
-void encode_to(std::string& out, const frame& f, stomp_version v) {
-  const bool escape = v != stomp_version::v1_0 && !is_unescaped_command(f.command);
-  const bool escape_cr = v == stomp_version::v1_2;
-
-  std::size_t size = f.command.size() + f.body.size() + 3;  // LF, blank line, NUL
-  for (const auto& [name, value] : f.headers) size += name.size() + value.size() + 2;
-  // Escapes may add a little more; that is rare. Growth stays geometric when `out` collects
-  // many frames.
-  const std::size_t needed = out.size() + size;
+frame_writer::frame_writer(std::string& out, std::string_view command, stomp_version v, std::size_t size_hint)
+    : out_(out),
+      escape_(v != stomp_version::v1_0 && !is_unescaped_command(command)),
+      escape_cr_(v == stomp_version::v1_2) {
+  // Growth stays geometric when `out` collects many frames.
+  const std::size_t needed = out.size() + command.size() + size_hint + 3;
   if (needed > out.capacity()) out.reserve(std::max(needed, 2 * out.capacity()));
+  out_ += command;
+  out_ += '\n';
+}
 
-  out += f.command;
-  out += '\n';
-  for (const auto& [name, value] : f.headers) {
-    if (escape) {
-      append_escaped(out, name, escape_cr);
-      out += ':';
-      append_escaped(out, value, escape_cr);
-    } else {
-      out += name;
-      out += ':';
-      out += value;
-    }
-    out += '\n';
+void frame_writer::header(std::string_view name, std::string_view value) {
+  if (escape_) {
+    append_escaped(out_, name, escape_cr_);
+    out_ += ':';
+    append_escaped(out_, value, escape_cr_);
+  } else {
+    out_ += name;
+    out_ += ':';
+    out_ += value;
   }
-  out += '\n';
-  out += f.body;
-  out += '\0';
+  out_ += '\n';
+}
+
+void frame_writer::finish(std::string_view body) {
+  out_ += '\n';
+  out_ += body;
+  out_ += '\0';
+}
+
+void encode_to(std::string& out, const frame& f, stomp_version v) {
+  std::size_t size = f.body.size();
+  for (const auto& [name, value] : f.headers) size += name.size() + value.size() + 2;
+  frame_writer w(out, f.command, v, size);
+  for (const auto& [name, value] : f.headers) w.header(name, value);
+  w.finish(f.body);
 }
 
 std::string encode(const frame& f, stomp_version v) {

@@ -90,6 +90,21 @@ std::string encode(const frame& f, stomp_version v = stomp_version::v1_2);
 // Appends the encoding of `f` to `out` (no intermediate string).
 void encode_to(std::string& out, const frame& f, stomp_version v = stomp_version::v1_2);
 
+// Writes a frame straight into `out`, for hot paths that should not first copy a body into a
+// frame: the command line at construction, then header() calls in order, then finish(body) once.
+// Escapes as encode_to() does. `size_hint`: the expected bytes of headers and body.
+class frame_writer {
+ public:
+  frame_writer(std::string& out, std::string_view command, stomp_version v, std::size_t size_hint = 0);
+  void header(std::string_view name, std::string_view value);
+  void finish(std::string_view body);
+
+ private:
+  std::string& out_;
+  bool escape_;
+  bool escape_cr_;
+};
+
 // Parses a heart-beat header value "cx,cy" (two non-negative decimal integers, milliseconds).
 std::optional<std::pair<std::uint64_t, std::uint64_t>> parse_heart_beat(std::string_view value);
 

@@ -33,6 +33,8 @@ class batch {
   // its last reference (a message_refs record holds the count when it is above one).
   void release_message(std::string_view message_key);
 
+  // Room for `bytes` more of operations, to spare reallocations when a large value follows.
+  void reserve(std::size_t bytes) { rep_.reserve(rep_.size() + bytes); }
   bool empty() const { return rep_.empty(); }
   std::size_t byte_size() const { return rep_.size(); }
   const std::string& rep() const { return rep_; }
