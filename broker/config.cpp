@@ -74,7 +74,7 @@ std::string load_config_file(const std::string& path, broker_config& config) {
   std::map<std::string, setter> top{
       {"data-dir", string_field(config.data_dir)},
       {"log-level", string_field(config.log_level)},
-      {"io-threads", unsigned_field(config.io_threads, 1)},
+      {"io-threads", unsigned_field(config.io_threads, 0)},
       {"listen", [&config](const toml::node& n) -> std::string {
          const toml::array* list = n.as_array();
          if (!list || list->empty()) return "must be a non-empty array of \"HOST:PORT\" strings";

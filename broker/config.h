@@ -21,7 +21,7 @@ struct broker_config {
   std::vector<listen_address> listen{{"127.0.0.1", 61613}};
   std::string data_dir = "./escrow-data";
   std::string log_level = "info";
-  unsigned io_threads = 2;
+  unsigned io_threads = 0;  // 0: one per core but one (the committer thread has the last), at least 1
 
   // storage
   std::uint64_t map_size = 8ull * 1024 * 1024 * 1024;
