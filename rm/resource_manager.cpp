@@ -321,7 +321,8 @@ std::vector<resource_manager::reply> resource_manager::expire(std::chrono::stead
   for (auto& [id, b] : branches_) {
     if (b->local || b->busy || b->deadline > now) continue;
     if (b->state == branch_state::rolled_back) {
-      forgotten.push_back(b);
+      // Forgotten once nobody asked for another timeout, unless a connection still works on it.
+      if (b->associated.empty() && b->suspended.empty()) forgotten.push_back(b);
       continue;
     }
     if (b->state != branch_state::active && b->state != branch_state::idle && b->state != branch_state::rollback_only)

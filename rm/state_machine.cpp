@@ -53,6 +53,12 @@ int heuristic_code(branch_state s) {
 
 bool only(long flags, long allowed) { return (flags & ~allowed) == 0; }
 
+// A branch the broker rolled back answers its XA_RB* code; it is forgotten only once no connection
+// is associated with it any more (their frames must keep landing in a dead branch, not outside).
+decision rolled_back(const call_context& c) {
+  return {c.rolled_back_code, c.others_associated ? action::nothing : action::discard};
+}
+
 decision start(const call_context& c) {
   const long f = c.flags;
   if (!only(f, TMJOIN | TMRESUME | TMNOWAIT) || ((f & TMJOIN) && (f & TMRESUME))) return answer(XAER_INVAL);
@@ -109,7 +115,7 @@ decision prepare(const call_context& c) {
     case branch_state::rollback_only:
       if (c.others_associated) return answer(XAER_PROTO);
       return {XA_RBROLLBACK, action::roll_back};
-    case branch_state::rolled_back: return {c.rolled_back_code, action::discard};
+    case branch_state::rolled_back: return rolled_back(c);
     default: return answer(XAER_PROTO);
   }
 }
@@ -119,7 +125,7 @@ decision commit(const call_context& c) {
   if (c.state == branch_state::none) return answer(XAER_NOTA);
   if (c.caller == association::here || c.caller == association::suspended_here) return answer(XAER_PROTO);
   if (c.flags & TMONEPHASE) {
-    if (c.state == branch_state::rolled_back) return {c.rolled_back_code, action::discard};
+    if (c.state == branch_state::rolled_back) return rolled_back(c);
     if (c.state == branch_state::idle) return {XA_OK, action::commit_one_phase};
     if (c.state == branch_state::rollback_only && !c.others_associated) return {XA_RBROLLBACK, action::roll_back};
     return answer(XAER_PROTO);
@@ -138,9 +144,13 @@ decision rollback(const call_context& c) {
   if (c.caller == association::here || c.caller == association::suspended_here) return answer(XAER_PROTO);
   switch (c.state) {
     case branch_state::idle:
-    case branch_state::prepared:
-    case branch_state::rollback_only: return {XA_OK, action::roll_back};
-    case branch_state::rolled_back: return {c.rolled_back_code, action::discard};
+    case branch_state::prepared: return {XA_OK, action::roll_back};
+    case branch_state::rollback_only:
+      // Another connection still works on it: rolling back now would leave that connection's
+      // next SEND outside any branch.
+      if (c.others_associated) return answer(XAER_PROTO);
+      return {XA_OK, action::roll_back};
+    case branch_state::rolled_back: return rolled_back(c);
     case branch_state::active: return answer(XAER_PROTO);
     default: return answer(heuristic_code(c.state));
   }

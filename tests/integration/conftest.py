@@ -266,6 +266,7 @@ class Collector(stomp.ConnectionListener):
         self.connected = None  # the CONNECTED frame
         self.disconnected = False
         self.heartbeats = 0
+        self.receipt_frames = {}  # receipt-id -> the RECEIPT frame (headers and body)
 
     def on_connected(self, frame):
         with self.cond:
@@ -285,6 +286,7 @@ class Collector(stomp.ConnectionListener):
     def on_receipt(self, frame):
         with self.cond:
             self.receipts.append(frame.headers.get("receipt-id"))
+            self.receipt_frames[frame.headers.get("receipt-id")] = frame
             self.cond.notify_all()
 
     def on_heartbeat(self):
@@ -371,19 +373,64 @@ class Client:
         if rid:
             self.wait_receipt(rid)
 
-    def ack(self, msg, receipt=False):
+    def ack(self, msg, receipt=False, transaction=None):
         ack_id = msg.headers["ack"] if hasattr(msg, "headers") else msg
         rid = self.new_receipt() if receipt else None
-        self.conn.ack(ack_id, receipt=rid)
+        self.conn.ack(ack_id, transaction=transaction, receipt=rid)
         if rid:
             self.wait_receipt(rid)
 
-    def nack(self, msg, receipt=False):
+    def nack(self, msg, receipt=False, transaction=None):
         ack_id = msg.headers["ack"] if hasattr(msg, "headers") else msg
         rid = self.new_receipt() if receipt else None
-        self.conn.nack(ack_id, receipt=rid)
+        self.conn.nack(ack_id, transaction=transaction, receipt=rid)
         if rid:
             self.wait_receipt(rid)
+
+    # -- transactions ----------------------------------------------------------------------------
+
+    def _tx_frame(self, command, transaction, receipt, wait):
+        rid = self.new_receipt() if receipt else None
+        headers = {"transaction": transaction}
+        if rid:
+            headers["receipt"] = rid
+        self.conn.send_frame(command, headers)
+        if rid and wait:
+            self.wait_receipt(rid)
+        return rid
+
+    def begin(self, transaction, receipt=True, wait=True):
+        return self._tx_frame("BEGIN", transaction, receipt, wait)
+
+    def commit(self, transaction, receipt=True, wait=True):
+        return self._tx_frame("COMMIT", transaction, receipt, wait)
+
+    def abort(self, transaction, receipt=True, wait=True):
+        return self._tx_frame("ABORT", transaction, receipt, wait)
+
+    def xa(self, verb, xid=None, flags=None, wait=True, timeout=None, **headers):
+        """Sends an XA frame (verb "START" or "XA-START", ...) with a receipt and returns the
+        RECEIPT as an XAReply (result, headers, body, xids). wait=False returns the receipt id;
+        collect it later with xa_reply()."""
+        command = verb if verb.upper().startswith("XA-") else "XA-" + verb
+        command = command.upper()
+        hdrs = {k.replace("_", "-"): str(v) for k, v in headers.items()}
+        if xid is not None:
+            hdrs["xid"] = str(xid)
+        if flags is not None:
+            hdrs["flags"] = flags if isinstance(flags, str) else "|".join(flags)
+        rid = self.new_receipt()
+        hdrs["receipt"] = rid
+        self.conn.send_frame(command, hdrs)
+        if not wait:
+            return rid
+        return self.xa_reply(rid, timeout)
+
+    def xa_reply(self, rid, timeout=None):
+        self.wait_receipt(rid, timeout)
+        with self.listener.cond:
+            f = self.listener.receipt_frames[rid]
+        return XAReply(dict(f.headers), f.body)
 
     def disconnect(self):
         """DISCONNECT with a receipt: everything sent before it is done when this returns."""
@@ -451,6 +498,47 @@ class Client:
         time.sleep(seconds * SLOW)
         got = [m for m in self.messages if subscription is None or m.headers.get("subscription") == subscription]
         assert len(got) == count, f"expected {count} messages, got {len(got)}: {[m.body for m in got]}"
+
+
+class XAReply:
+    """The RECEIPT answering an XA frame."""
+
+    def __init__(self, headers, body):
+        self.headers = headers
+        self.body = body.decode() if isinstance(body, bytes) else (body or "")
+        self.result = headers.get("xa-result")
+        self.message = headers.get("message")
+
+    @property
+    def xids(self):
+        """The xids of an XA-RECOVER answer, in order."""
+        return [line for line in self.body.split("\n") if line]
+
+    @property
+    def count(self):
+        return int(self.headers["xa-count"]) if "xa-count" in self.headers else None
+
+    def __repr__(self):
+        return f"XAReply({self.result!r}, {self.headers!r}, {self.body!r})"
+
+
+def xa(client, verb, xid=None, flags=None, **headers):
+    """xa(client, "PREPARE", xid) -> XAReply: one XA frame with a receipt, answered."""
+    return client.xa(verb, xid, flags, **headers)
+
+
+_xid_serial = itertools.count(1)
+
+
+def new_xid(format_id=4242, gtrid=None, bqual=b"\x01"):
+    """A fresh xid text 'formatID:gtrid-hex:bqual-hex' (unique gtrid unless one is given)."""
+    if gtrid is None:
+        gtrid = f"gtrid-{uuid.uuid4().hex[:12]}-{next(_xid_serial)}".encode()
+    if isinstance(gtrid, str):
+        gtrid = gtrid.encode()
+    if isinstance(bqual, str):
+        bqual = bqual.encode()
+    return f"{format_id}:{gtrid.hex()}:{bqual.hex()}"
 
 
 @pytest.fixture

@@ -158,6 +158,12 @@ expectation expected_end(const combo& c) {
   }
 }
 
+// A branch the broker rolled back answers its XA_RB* code, and is forgotten only when no other
+// connection is still associated with it (their frames must keep landing in the dead branch).
+expectation rolled_back_answer(const combo& c, const char* rule) {
+  return one(c.rb_code, c.others ? action::nothing : action::discard, rule);
+}
+
 expectation expected_prepare(const combo& c) {
   if (c.state == branch_state::none) return one(XAER_NOTA, action::nothing, "prepare of an unknown Xid: XAER_NOTA");
   if (c.caller == association::here || c.caller == association::suspended_here)
@@ -170,8 +176,7 @@ expectation expected_prepare(const combo& c) {
       // Other connections still associated have not ended: the branch is not finished.
       if (c.others) return one(XAER_PROTO, action::nothing, "prepare while others are still associated");
       return one(kAnyRollback, action::roll_back, "XA_RB*: already rolled back (S0)");
-    case branch_state::rolled_back:
-      return one(c.rb_code, action::discard, "XA_RB*: already rolled back (S0)");
+    case branch_state::rolled_back: return rolled_back_answer(c, "XA_RB*: already rolled back (S0)");
     default: return one(XAER_PROTO, action::nothing, "xa_prepare needs S2");
   }
 }
@@ -186,8 +191,7 @@ expectation expected_commit(const combo& c) {
       case branch_state::rollback_only:
         if (c.others) return one(XAER_PROTO, action::nothing, "commit while others are still associated");
         return one(kAnyRollback, action::roll_back, "XA_RB* is a valid answer with TMONEPHASE");
-      case branch_state::rolled_back:
-        return one(c.rb_code, action::discard, "XA_RB* is a valid answer with TMONEPHASE");
+      case branch_state::rolled_back: return rolled_back_answer(c, "XA_RB* is a valid answer with TMONEPHASE");
       case branch_state::prepared:
         return one(XAER_PROTO, action::nothing, "TMONEPHASE on a prepared branch: XAER_PROTO");
       default: return one(XAER_PROTO, action::nothing, "with TMONEPHASE commit needs S2");
@@ -208,10 +212,13 @@ expectation expected_rollback(const combo& c) {
     case branch_state::idle:
     case branch_state::prepared: return one(XA_OK, action::roll_back, "xa_rollback from S2, S3 -> S0");
     case branch_state::rollback_only:
+      // Other connections still associated have not ended: rolling back under them would leave
+      // their next SEND outside any branch.
+      if (c.others) return one(XAER_PROTO, action::nothing, "rollback while others are still associated");
       // XA: a rollback of a rollback-only branch may report why it was marked (XA_RB*).
       return either({XA_OK, action::roll_back}, {kAnyRollback, action::roll_back}, "xa_rollback from S4 -> S0");
     case branch_state::rolled_back:
-      return one(c.rb_code, action::discard, "rollback of a branch the broker rolled back: its XA_RB*");
+      return rolled_back_answer(c, "rollback of a branch the broker rolled back: its XA_RB*");
     case branch_state::active: return one(XAER_PROTO, action::nothing, "xa_rollback needs S2, S3 or S4");
     default: return one(heuristic_code(c.state), action::nothing, "S5: rollback answers XA_HEUR*, forget needed");
   }
@@ -501,7 +508,9 @@ TEST_SUITE("rm/state_machine") {
     // xa_rollback from S2, S3, S4; an active branch is a protocol error.
     CHECK(d(xa_verb::rollback, TMNOFLAGS, bs::idle, as::none).next == action::roll_back);
     CHECK(d(xa_verb::rollback, TMNOFLAGS, bs::prepared, as::none).next == action::roll_back);
-    CHECK(d(xa_verb::rollback, TMNOFLAGS, bs::rollback_only, as::none, true).next == action::roll_back);
+    CHECK(d(xa_verb::rollback, TMNOFLAGS, bs::rollback_only, as::none, false).next == action::roll_back);
+    // ... but not under another connection still associated with it.
+    CHECK(d(xa_verb::rollback, TMNOFLAGS, bs::rollback_only, as::none, true).code == XAER_PROTO);
     CHECK(d(xa_verb::rollback, TMNOFLAGS, bs::active, as::none, true).code == XAER_PROTO);
     CHECK(d(xa_verb::rollback, TMNOFLAGS, bs::none, as::none).code == XAER_NOTA);
 
