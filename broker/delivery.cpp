@@ -90,16 +90,16 @@ void broker::impl::dispatch(const queue_ptr& q) {
       q->release_hold(e.key);
       continue;
     }
+    // Removes the entry for good (stored: once the batch below is durable).
+    auto remove = [&](const queue_entry& gone) {
+      if (!gone.stored) return q->release_hold(gone.key);
+      storage::erase_entry(auto_acks, gone.key);
+      auto_acked.push_back(gone.key);
+    };
     // A message past its expiry is never delivered, whether or not a reaper got to it.
     if (e.msg->record.expires != 0 && e.msg->record.expires <= now_ms()) {
       spdlog::info("queue {}: message {} expired at {}; dropped", q->name(), e.msg->id, e.msg->record.expires);
-      if (e.stored) {
-        auto_acks.erase(storage::table::entries, e.key.encode());
-        auto_acks.release_message(storage::message_key(e.key.message_id));
-        auto_acked.push_back(e.key);
-      } else {
-        q->release_hold(e.key);
-      }
+      remove(e);
       continue;
     }
     // The turn passes only when a message was handed out, so round robin is fair to consumers
@@ -111,14 +111,7 @@ void broker::impl::dispatch(const queue_ptr& q) {
     write_message(c, *chosen, tag, e);
 
     if (chosen->mode == ack_mode::auto_ack) {
-      // auto: the message counts as acknowledged once it is written to the consumer.
-      if (e.stored) {
-        auto_acks.erase(storage::table::entries, e.key.encode());
-        auto_acks.release_message(storage::message_key(e.key.message_id));
-        auto_acked.push_back(e.key);
-      } else {
-        q->release_hold(e.key);
-      }
+      remove(e);  // auto: the message counts as acknowledged once it is written to the consumer
     } else {
       c.tag_owner.emplace(tag, chosen);
       chosen->unacked.emplace(tag, delivery{q, std::move(e)});
@@ -182,8 +175,7 @@ void broker::impl::handle_ack(const connection_ptr& c, const frame& f, bool posi
     } else if (!positive || branch) {
       requeue(std::move(d), b);  // NACK, or an ACK in a branch already rolled back
     } else if (d.entry.stored) {
-      b.erase(storage::table::entries, d.entry.key.encode());
-      b.release_message(storage::message_key(d.entry.key.message_id));
+      storage::erase_entry(b, d.entry.key);
       holds.emplace_back(d.source, d.entry.key);
     } else {
       d.source->release_hold(d.entry.key);

@@ -155,13 +155,7 @@ void broker::impl::handle_send(const connection_ptr& c, frame& f) {
     publish(routed.entries);
     return receipt(*c, f);
   }
-  std::string mkey = storage::message_key(routed.msg->id);
-  b.put(storage::table::messages, mkey, routed.msg->record.encode());
-  if (stored > 1) {
-    std::string refs;
-    storage::put_u32(refs, stored);
-    b.put(storage::table::message_refs, mkey, refs);
-  }
+  storage::put_message(b, routed.msg->id, routed.msg->record, stored);
   std::string next;
   storage::put_u64(next, next_message_id);
   b.put(storage::table::meta, storage::kNextMessageIdKey, next);

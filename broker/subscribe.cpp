@@ -135,10 +135,7 @@ void broker::impl::drop_durable_queue(const queue_ptr& q, storage::batch& b) {
   storage::status s = store.scan(storage::table::entries, storage::queue_prefix(q->id()), storage::queue_prefix(q->id()),
                                  [&](std::string_view k, std::string_view) {
                                    storage::entry_key key;
-                                   if (storage::entry_key::decode(k, key)) {
-                                     b.erase(storage::table::entries, k);
-                                     b.release_message(storage::message_key(key.message_id));
-                                   }
+                                   if (storage::entry_key::decode(k, key)) storage::erase_entry(b, key);
                                    return true;
                                  });
   if (!s.ok()) spdlog::error("dropping {}: {}; some of its entries stay in storage", q->name(), s.message());

@@ -78,35 +78,28 @@ storage::batch resource_manager::commit_batch(const branch& b, bool has_record, 
       out.put(storage::table::entries, t.key.encode(), storage::encode_delivery_count(0));
       ++stored;
     }
-    if (stored == 0) continue;
-    std::string key = storage::message_key(s.msg->id);
-    out.put(storage::table::messages, key, s.msg->record.encode());
-    if (stored > 1) {
-      std::string refs;
-      storage::put_u32(refs, stored);
-      out.put(storage::table::message_refs, key, refs);
-    }
+    if (stored > 0) storage::put_message(out, s.msg->id, s.msg->record, stored);
   }
   for (const auto& c : b.work.consumed) {
     if (!c.stored) continue;
     if (c.negative) {
       out.put(storage::table::entries, c.key.encode(), storage::encode_delivery_count(c.delivery_count + 1));
     } else {
-      out.erase(storage::table::entries, c.key.encode());
-      out.release_message(storage::message_key(c.key.message_id));
+      storage::erase_entry(out, c.key);
     }
   }
-  if (has_record) {
-    if (keep_record) {
-      branch outcome;
-      outcome.state = branch_state::heuristic_committed;
-      outcome.created_ms = b.created_ms;
-      out.put(storage::table::branches, b.id.encode(), encode_record(outcome));
-    } else {
-      out.erase(storage::table::branches, b.id.encode());
-    }
-  }
+  if (has_record) close_record(out, b, keep_record ? branch_state::heuristic_committed : branch_state::none);
   return out;
+}
+
+// A decided branch's record goes; after a heuristic decision it stays, with the outcome and no
+// work (what it did is applied), until the manager forgets it.
+void resource_manager::close_record(storage::batch& out, const branch& b, branch_state outcome) const {
+  if (outcome == branch_state::none) return out.erase(storage::table::branches, b.id.encode());
+  branch record;
+  record.state = outcome;
+  record.created_ms = b.created_ms;
+  out.put(storage::table::branches, b.id.encode(), encode_record(record));
 }
 
 storage::batch resource_manager::rollback_batch(const branch& b, bool has_record, bool keep_record) const {
@@ -114,16 +107,7 @@ storage::batch resource_manager::rollback_batch(const branch& b, bool has_record
   for (const auto& c : b.work.consumed)
     if (c.stored)
       out.put(storage::table::entries, c.key.encode(), storage::encode_delivery_count(c.delivery_count + 1));
-  if (has_record) {
-    if (keep_record) {
-      branch outcome;
-      outcome.state = branch_state::heuristic_rolled_back;
-      outcome.created_ms = b.created_ms;
-      out.put(storage::table::branches, b.id.encode(), encode_record(outcome));
-    } else {
-      out.erase(storage::table::branches, b.id.encode());
-    }
-  }
+  if (has_record) close_record(out, b, keep_record ? branch_state::heuristic_rolled_back : branch_state::none);
   return out;
 }
 
@@ -239,7 +223,8 @@ int resource_manager::finish(reply& r, const storage::status& outcome) {
     case action::time_out:
       b->state = branch_state::rolled_back;
       b->rolled_back_code = XA_RBTIMEOUT;
-      b->deadline = std::chrono::steady_clock::now() + timeout_;  // remembered this long
+      // Remembered this long for the manager's next call: another timeout, at least ten minutes.
+      b->deadline = std::chrono::steady_clock::now() + std::max<std::chrono::milliseconds>(timeout_, std::chrono::minutes(10));
       break;
     default: break;
   }

@@ -116,4 +116,19 @@ bool message_record::decode(std::string_view value, message_record& out) {
   return value.empty();
 }
 
+void put_message(batch& b, std::uint64_t message_id, const message_record& record, std::uint32_t references) {
+  std::string key = message_key(message_id);
+  b.put(table::messages, key, record.encode());
+  if (references > 1) {
+    std::string refs;
+    put_u32(refs, references);
+    b.put(table::message_refs, key, refs);
+  }
+}
+
+void erase_entry(batch& b, const entry_key& key) {
+  b.erase(table::entries, key.encode());
+  b.release_message(message_key(key.message_id));
+}
+
 }  // namespace escrow::storage

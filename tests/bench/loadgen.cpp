@@ -15,25 +15,16 @@
 // One TCP connection per producer and per consumer, one std::thread each, plain blocking POSIX
 // sockets; every thread owns its socket and its frame_parser. Times are taken with steady_clock.
 // The last line that starts with "RESULT " is machine-readable (key=value pairs).
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -42,12 +33,12 @@
 #include <thread>
 #include <vector>
 
+#include "bench_client.h"
 #include "escrow/frame.h"
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-using time_point = clock_type::time_point;
+using namespace escrow::bench;
 using namespace std::chrono_literals;
 
 // ---------------------------------------------------------------------------------------------
@@ -94,255 +85,54 @@ void usage(const char* argv0) {
                argv0);
 }
 
-template <typename T>
-bool parse_number(std::string_view text, T& out) {
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && end == text.data() + text.size();
-}
-
-bool parse_seconds(const std::string& text, double& out) {
-  char* end = nullptr;
-  out = std::strtod(text.c_str(), &end);
-  return !text.empty() && end == text.c_str() + text.size() && out >= 0;
+// Sets the option `name` to `value`.
+option_value set_option(options& o, std::string_view name, const std::string& value) {
+  bool ok = true;
+  if (name == "--mode") {
+    o.mode = value;
+    ok = value == "run" || value == "fill" || value == "drain" || value == "fsync" || value == "probe";
+  } else if (name == "--host") {
+    o.host = value;
+  } else if (name == "--port") {
+    ok = parse_number(value, o.port) && o.port > 0 && o.port < 65536;
+  } else if (name == "--producers") {
+    ok = parse_number(value, o.producers) && o.producers >= 0;
+  } else if (name == "--consumers") {
+    ok = parse_number(value, o.consumers) && o.consumers >= 0;
+  } else if (name == "--count") {
+    ok = parse_number(value, o.count);
+  } else if (name == "--body-size") {
+    ok = parse_number(value, o.body_size);
+  } else if (name == "--persistent") {
+    ok = value == "true" || value == "false";
+    o.persistent = value == "true";
+  } else if (name == "--window") {
+    ok = parse_number(value, o.window);
+  } else if (name == "--ack") {
+    o.ack = value;
+    ok = value == "auto" || value == "client" || value == "client-individual";
+  } else if (name == "--prefetch") {
+    ok = parse_number(value, o.prefetch) && o.prefetch > 0;
+  } else if (name == "--queue") {
+    o.queue = value;
+    ok = !value.empty();
+  } else if (name == "--dir") {
+    o.dir = value;
+  } else if (name == "--seconds") {
+    ok = parse_seconds(value, o.seconds);
+  } else if (name == "--timeout") {
+    ok = parse_seconds(value, o.timeout);
+  } else {
+    return option_value::unknown;
+  }
+  return ok ? option_value::ok : option_value::bad;
 }
 
 std::optional<options> parse_options(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view name = argv[i];
-    if (name == "-h" || name == "--help") return std::nullopt;
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "loadgen: %s needs a value\n", argv[i]);
-      return std::nullopt;
-    }
-    std::string value = argv[++i];
-    bool ok = true;
-    if (name == "--mode") {
-      o.mode = value;
-      ok = value == "run" || value == "fill" || value == "drain" || value == "fsync" || value == "probe";
-    } else if (name == "--host") {
-      o.host = value;
-    } else if (name == "--port") {
-      ok = parse_number(value, o.port) && o.port > 0 && o.port < 65536;
-    } else if (name == "--producers") {
-      ok = parse_number(value, o.producers) && o.producers >= 0;
-    } else if (name == "--consumers") {
-      ok = parse_number(value, o.consumers) && o.consumers >= 0;
-    } else if (name == "--count") {
-      ok = parse_number(value, o.count);
-    } else if (name == "--body-size") {
-      ok = parse_number(value, o.body_size);
-    } else if (name == "--persistent") {
-      ok = value == "true" || value == "false";
-      o.persistent = value == "true";
-    } else if (name == "--window") {
-      ok = parse_number(value, o.window);
-    } else if (name == "--ack") {
-      o.ack = value;
-      ok = value == "auto" || value == "client" || value == "client-individual";
-    } else if (name == "--prefetch") {
-      ok = parse_number(value, o.prefetch) && o.prefetch > 0;
-    } else if (name == "--queue") {
-      o.queue = value;
-      ok = !value.empty();
-    } else if (name == "--dir") {
-      o.dir = value;
-    } else if (name == "--seconds") {
-      ok = parse_seconds(value, o.seconds);
-    } else if (name == "--timeout") {
-      ok = parse_seconds(value, o.timeout);
-    } else {
-      std::fprintf(stderr, "loadgen: unknown option %s\n", argv[i - 1]);
-      return std::nullopt;
-    }
-    if (!ok) {
-      std::fprintf(stderr, "loadgen: bad value '%s' for %s\n", value.c_str(), argv[i - 1]);
-      return std::nullopt;
-    }
-  }
+  auto set = [&](std::string_view name, const std::string& value) { return set_option(o, name, value); };
+  if (!parse_option_pairs("loadgen", argc, argv, set)) return std::nullopt;
   return o;
-}
-
-double seconds_between(time_point a, time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-std::int64_t micros(clock_type::duration d) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
-}
-
-// The q-th quantile (0..1) of `v`, which it sorts; 0 when empty.
-std::int64_t quantile(std::vector<std::int64_t>& v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  std::size_t i = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
-
-// ---------------------------------------------------------------------------------------------
-// One STOMP connection, owned by one thread.
-
-class stomp_connection {
- public:
-  stomp_connection() = default;
-  stomp_connection(const stomp_connection&) = delete;
-  stomp_connection& operator=(const stomp_connection&) = delete;
-  ~stomp_connection() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-
-  // TCP connect, CONNECT, wait for CONNECTED. On failure returns false and sets error().
-  bool open(const options& o, double timeout_s) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    std::string port = std::to_string(o.port);
-    if (int rc = ::getaddrinfo(o.host.c_str(), port.c_str(), &hints, &res); rc != 0) {
-      error_ = std::string("cannot resolve ") + o.host + ": " + ::gai_strerror(rc);
-      return false;
-    }
-    for (addrinfo* a = res; a; a = a->ai_next) {
-      fd_ = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-      if (fd_ < 0) continue;
-      if (::connect(fd_, a->ai_addr, a->ai_addrlen) == 0) break;
-      ::close(fd_);
-      fd_ = -1;
-    }
-    ::freeaddrinfo(res);
-    if (fd_ < 0) {
-      error_ = "cannot connect to " + o.host + ":" + port + ": " + std::strerror(errno);
-      return false;
-    }
-    int one = 1;
-    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-
-    escrow::frame connect;
-    connect.command = "CONNECT";
-    connect.add("accept-version", "1.2").add("host", "localhost").add("heart-beat", "0,0");
-    if (!send(connect)) return false;
-    auto f = next(clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
-                                          std::chrono::duration<double>(timeout_s)));
-    if (!f) {
-      if (error_.empty()) error_ = "no CONNECTED within the timeout";
-      return false;
-    }
-    if (f->command != "CONNECTED") {
-      error_ = "expected CONNECTED, got " + describe(*f);
-      return false;
-    }
-    return true;
-  }
-
-  bool send(const escrow::frame& f) {
-    std::string out;
-    escrow::encode_to(out, f);
-    return write_all(out);
-  }
-
-  bool write_all(std::string_view data) {
-    while (!data.empty()) {
-      ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        error_ = std::string("send failed: ") + std::strerror(errno);
-        return false;
-      }
-      data.remove_prefix(static_cast<std::size_t>(n));
-    }
-    return true;
-  }
-
-  // The next frame, waiting until `deadline`. nullopt on timeout (error() empty) or on a broken
-  // connection or protocol error (error() says which).
-  std::optional<escrow::frame> next(time_point deadline) {
-    while (ready_.empty()) {
-      auto left = deadline - clock_type::now();
-      int ms = left <= 0ns ? 0 : static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
-      pollfd p{fd_, POLLIN, 0};
-      int rc = ::poll(&p, 1, ms);
-      if (rc < 0 && errno == EINTR) continue;
-      if (rc < 0) {
-        error_ = std::string("poll failed: ") + std::strerror(errno);
-        return std::nullopt;
-      }
-      if (rc == 0) return std::nullopt;
-      if (!read_some(false)) return std::nullopt;
-    }
-    return pop();
-  }
-
-  // A frame that has already arrived, without blocking; nullopt if none (check error()).
-  std::optional<escrow::frame> poll_now() {
-    if (ready_.empty() && !read_some(true)) return std::nullopt;
-    return pop_parsed();
-  }
-
-  // A frame already parsed from what earlier reads brought; never touches the socket.
-  std::optional<escrow::frame> pop_parsed() {
-    if (ready_.empty()) return std::nullopt;
-    return pop();
-  }
-
-  bool broken() const { return !error_.empty(); }
-  const std::string& error() const { return error_; }
-
-  static std::string describe(const escrow::frame& f) {
-    std::string s = f.command;
-    if (const std::string* m = f.find("message")) s += " (" + *m + ")";
-    if (f.command == "ERROR" && !f.body.empty()) s += ": " + f.body.substr(0, 200);
-    return s;
-  }
-
- private:
-  escrow::frame pop() {
-    escrow::frame f = std::move(ready_.front());
-    ready_.pop_front();
-    return f;
-  }
-
-  // Reads what the socket has (one recv); parses every complete frame in it. With `nonblocking`,
-  // returns true with nothing read when the socket has nothing.
-  bool read_some(bool nonblocking) {
-    char buf[64 * 1024];
-    ssize_t n;
-    do {
-      n = ::recv(fd_, buf, sizeof buf, nonblocking ? MSG_DONTWAIT : 0);
-    } while (n < 0 && errno == EINTR);
-    if (n < 0) {
-      if (nonblocking && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-      error_ = std::string("recv failed: ") + std::strerror(errno);
-      return false;
-    }
-    if (n == 0) {
-      error_ = "the broker closed the connection";
-      return false;
-    }
-    scratch_.clear();
-    if (!parser_.feed(std::string_view(buf, static_cast<std::size_t>(n)), scratch_)) {
-      error_ = "bad frame from the broker: " + parser_.error();
-      return false;
-    }
-    for (auto& f : scratch_) ready_.push_back(std::move(f));
-    return true;
-  }
-
-  int fd_ = -1;
-  escrow::frame_parser parser_;
-  std::vector<escrow::frame> scratch_;
-  std::deque<escrow::frame> ready_;
-  std::string error_;
-};
-
-// DISCONNECT with a receipt, so that every frame sent before it has been processed (and the acks
-// made durable) before we close. Frames that arrive in between are dropped.
-void disconnect(stomp_connection& c, double timeout_s) {
-  if (c.broken()) return;
-  escrow::frame d;
-  d.command = "DISCONNECT";
-  d.add("receipt", "bye");
-  if (!c.send(d)) return;
-  auto deadline = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(timeout_s));
-  while (auto f = c.next(deadline))
-    if (f->command == "RECEIPT" && f->get("receipt-id") == "bye") return;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -387,7 +177,7 @@ struct consumer_result {
 void run_producer(const options& o, int index, shared_state& st, producer_result& r) {
   std::string who = "producer " + std::to_string(index);
   stomp_connection c;
-  if (!c.open(o, o.timeout)) {
+  if (!c.open(o.host, o.port, o.timeout)) {
     st.complain(who, c.error());
     ++st.producers_done;
     return;
@@ -400,7 +190,7 @@ void run_producer(const options& o, int index, shared_state& st, producer_result
   std::uint64_t outstanding = 0;
   r.latency_us.reserve(o.window > 0 ? o.count : 0);
   std::string wire;
-  auto timeout = std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.timeout));
+  auto timeout = to_duration(o.timeout);
 
   // Handles one frame from the broker: a RECEIPT closes an outstanding SEND.
   auto handle = [&](const escrow::frame& f) -> bool {
@@ -496,7 +286,7 @@ bool parse_body(std::string_view body, std::uint32_t& producer, std::uint32_t& s
 void run_consumer(const options& o, int index, shared_state& st, consumer_result& r) {
   std::string who = "consumer " + std::to_string(index);
   stomp_connection c;
-  if (!c.open(o, o.timeout)) {
+  if (!c.open(o.host, o.port, o.timeout)) {
     st.complain(who, c.error());
     ++st.subscribed;
     return;
@@ -666,7 +456,7 @@ void wait_subscribed(const options& o, shared_state& st) {
 void wait_consumers(const options& o, shared_state& st, std::uint64_t expected, bool producers_running) {
   std::uint64_t last_count = st.received.load();
   auto last_progress = clock_type::now();
-  auto timeout = std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.timeout));
+  auto timeout = to_duration(o.timeout);
   while (!st.stop.load()) {
     std::this_thread::sleep_for(5ms);
     std::uint64_t n = st.received.load();
@@ -820,7 +610,7 @@ int mode_fsync(const options& o) {
   std::memset(block, 'f', sizeof block);
   std::vector<std::int64_t> latency_us;
   auto start = clock_type::now();
-  auto until = start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.seconds));
+  auto until = start + to_duration(o.seconds);
   int rc = 0;
   do {
     auto before = clock_type::now();
@@ -847,13 +637,13 @@ int mode_fsync(const options& o) {
 // Tries to connect (and get CONNECTED) until it works or the timeout passes.
 int mode_probe(const options& o) {
   auto start = clock_type::now();
-  auto until = start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(o.timeout));
+  auto until = start + to_duration(o.timeout);
   std::string last_error;
   int attempts = 0;
   while (clock_type::now() < until) {
     ++attempts;
     stomp_connection c;
-    if (c.open(o, 5)) {
+    if (c.open(o.host, o.port, 5)) {
       disconnect(c, 5);
       double s = seconds_between(start, clock_type::now());
       std::printf("RESULT mode=probe connected_after_s=%.4f attempts=%d\n", s, attempts);

@@ -21,23 +21,13 @@
 //
 // One TCP connection per thread, plain blocking POSIX sockets (as loadgen). The last line that
 // starts with "RESULT " is machine-readable (key=value pairs).
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -49,12 +39,12 @@
 #include <unordered_set>
 #include <vector>
 
+#include "bench_client.h"
 #include "escrow/frame.h"
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-using time_point = clock_type::time_point;
+using namespace escrow::bench;
 using namespace std::chrono_literals;
 
 // ---------------------------------------------------------------------------------------------
@@ -98,229 +88,53 @@ void usage(const char* argv0) {
                argv0);
 }
 
-template <typename T>
-bool parse_number(std::string_view text, T& out) {
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && end == text.data() + text.size();
-}
-
-bool parse_seconds(const std::string& text, double& out) {
-  char* end = nullptr;
-  out = std::strtod(text.c_str(), &end);
-  return !text.empty() && end == text.c_str() + text.size() && out >= 0;
+// Sets the option `name` to `value`.
+option_value set_option(options& o, std::string_view name, const std::string& value) {
+  bool ok = true;
+  if (name == "--mode") {
+    o.mode = value;
+    ok = value == "xa2pc" || value == "xa1pc" || value == "local";
+  } else if (name == "--host") {
+    o.host = value;
+  } else if (name == "--port") {
+    ok = parse_number(value, o.port) && o.port > 0 && o.port < 65536;
+  } else if (name == "--connections") {
+    ok = parse_number(value, o.connections) && o.connections > 0;
+  } else if (name == "--seconds") {
+    ok = parse_seconds(value, o.seconds) && o.seconds > 0;
+  } else if (name == "--count") {
+    ok = parse_number(value, o.count);
+  } else if (name == "--body-size") {
+    ok = parse_number(value, o.body_size);
+  } else if (name == "--queue") {
+    o.queue = value;
+    ok = !value.empty();
+  } else if (name == "--prefill") {
+    ok = parse_number(value, o.prefill) && o.prefill >= 0;
+  } else if (name == "--prefetch") {
+    ok = parse_number(value, o.prefetch) && o.prefetch > 0;
+  } else if (name == "--sends") {
+    ok = parse_number(value, o.sends) && o.sends > 0;
+  } else if (name == "--format-id") {
+    ok = parse_number(value, o.format_id) && o.format_id != 1163084626u;  // reserved for local transactions
+  } else if (name == "--verify") {
+    ok = value == "true" || value == "false";
+    o.verify = value == "true";
+  } else if (name == "--timeout") {
+    ok = parse_seconds(value, o.timeout) && o.timeout > 0;
+  } else {
+    return option_value::unknown;
+  }
+  return ok ? option_value::ok : option_value::bad;
 }
 
 std::optional<options> parse_options(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view name = argv[i];
-    if (name == "-h" || name == "--help") return std::nullopt;
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "txgen: %s needs a value\n", argv[i]);
-      return std::nullopt;
-    }
-    std::string value = argv[++i];
-    bool ok = true;
-    if (name == "--mode") {
-      o.mode = value;
-      ok = value == "xa2pc" || value == "xa1pc" || value == "local";
-    } else if (name == "--host") {
-      o.host = value;
-    } else if (name == "--port") {
-      ok = parse_number(value, o.port) && o.port > 0 && o.port < 65536;
-    } else if (name == "--connections") {
-      ok = parse_number(value, o.connections) && o.connections > 0;
-    } else if (name == "--seconds") {
-      ok = parse_seconds(value, o.seconds) && o.seconds > 0;
-    } else if (name == "--count") {
-      ok = parse_number(value, o.count);
-    } else if (name == "--body-size") {
-      ok = parse_number(value, o.body_size);
-    } else if (name == "--queue") {
-      o.queue = value;
-      ok = !value.empty();
-    } else if (name == "--prefill") {
-      ok = parse_number(value, o.prefill) && o.prefill >= 0;
-    } else if (name == "--prefetch") {
-      ok = parse_number(value, o.prefetch) && o.prefetch > 0;
-    } else if (name == "--sends") {
-      ok = parse_number(value, o.sends) && o.sends > 0;
-    } else if (name == "--format-id") {
-      ok = parse_number(value, o.format_id) && o.format_id != 1163084626u;  // reserved for local transactions
-    } else if (name == "--verify") {
-      ok = value == "true" || value == "false";
-      o.verify = value == "true";
-    } else if (name == "--timeout") {
-      ok = parse_seconds(value, o.timeout) && o.timeout > 0;
-    } else {
-      std::fprintf(stderr, "txgen: unknown option %s\n", argv[i - 1]);
-      return std::nullopt;
-    }
-    if (!ok) {
-      std::fprintf(stderr, "txgen: bad value '%s' for %s\n", value.c_str(), argv[i - 1]);
-      return std::nullopt;
-    }
-  }
+  auto set = [&](std::string_view name, const std::string& value) { return set_option(o, name, value); };
+  if (!parse_option_pairs("txgen", argc, argv, set)) return std::nullopt;
   if (o.prefill < 0) o.prefill = o.mode == "local" ? 0 : static_cast<std::int64_t>(o.connections) * (o.prefetch + 2) * 2;
   return o;
 }
-
-double seconds_between(time_point a, time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-clock_type::duration to_duration(double seconds) {
-  return std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
-}
-
-std::int64_t micros(clock_type::duration d) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
-}
-
-// The q-th quantile (0..1) of `v`, which it sorts; 0 when empty.
-std::int64_t quantile(std::vector<std::int64_t>& v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  std::size_t i = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
-
-// ---------------------------------------------------------------------------------------------
-// One STOMP connection, owned by one thread (the same as loadgen's).
-
-class stomp_connection {
- public:
-  stomp_connection() = default;
-  stomp_connection(const stomp_connection&) = delete;
-  stomp_connection& operator=(const stomp_connection&) = delete;
-  ~stomp_connection() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-
-  // TCP connect, CONNECT, wait for CONNECTED. On failure returns false and sets error().
-  bool open(const options& o) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    std::string port = std::to_string(o.port);
-    if (int rc = ::getaddrinfo(o.host.c_str(), port.c_str(), &hints, &res); rc != 0) {
-      error_ = std::string("cannot resolve ") + o.host + ": " + ::gai_strerror(rc);
-      return false;
-    }
-    for (addrinfo* a = res; a; a = a->ai_next) {
-      fd_ = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-      if (fd_ < 0) continue;
-      if (::connect(fd_, a->ai_addr, a->ai_addrlen) == 0) break;
-      ::close(fd_);
-      fd_ = -1;
-    }
-    ::freeaddrinfo(res);
-    if (fd_ < 0) {
-      error_ = "cannot connect to " + o.host + ":" + port + ": " + std::strerror(errno);
-      return false;
-    }
-    int one = 1;
-    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-
-    escrow::frame connect;
-    connect.command = "CONNECT";
-    connect.add("accept-version", "1.2").add("host", "localhost").add("heart-beat", "0,0");
-    if (!send(connect)) return false;
-    auto f = next(clock_type::now() + to_duration(o.timeout));
-    if (!f) {
-      if (error_.empty()) error_ = "no CONNECTED within the timeout";
-      return false;
-    }
-    if (f->command != "CONNECTED") {
-      error_ = "expected CONNECTED, got " + describe(*f);
-      return false;
-    }
-    return true;
-  }
-
-  bool send(const escrow::frame& f) {
-    std::string out;
-    escrow::encode_to(out, f);
-    return write_all(out);
-  }
-
-  bool write_all(std::string_view data) {
-    while (!data.empty()) {
-      ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        error_ = std::string("send failed: ") + std::strerror(errno);
-        return false;
-      }
-      data.remove_prefix(static_cast<std::size_t>(n));
-    }
-    return true;
-  }
-
-  // The next frame, waiting until `deadline`. nullopt on timeout (error() empty) or on a broken
-  // connection or protocol error (error() says which).
-  std::optional<escrow::frame> next(time_point deadline) {
-    while (ready_.empty()) {
-      auto left = deadline - clock_type::now();
-      int ms = left <= 0ns ? 0 : static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
-      pollfd p{fd_, POLLIN, 0};
-      int rc = ::poll(&p, 1, ms);
-      if (rc < 0 && errno == EINTR) continue;
-      if (rc < 0) {
-        error_ = std::string("poll failed: ") + std::strerror(errno);
-        return std::nullopt;
-      }
-      if (rc == 0) return std::nullopt;
-      if (!read_some()) return std::nullopt;
-    }
-    escrow::frame f = std::move(ready_.front());
-    ready_.pop_front();
-    return f;
-  }
-
-  bool broken() const { return !error_.empty(); }
-  const std::string& error() const { return error_; }
-  void fail(std::string why) {
-    if (error_.empty()) error_ = std::move(why);
-  }
-
-  static std::string describe(const escrow::frame& f) {
-    std::string s = f.command;
-    if (const std::string* m = f.find("message")) s += " (" + *m + ")";
-    if (f.command == "ERROR" && !f.body.empty()) s += ": " + f.body.substr(0, 200);
-    return s;
-  }
-
- private:
-  // Reads what the socket has (one recv); parses every complete frame in it.
-  bool read_some() {
-    char buf[64 * 1024];
-    ssize_t n;
-    do {
-      n = ::recv(fd_, buf, sizeof buf, 0);
-    } while (n < 0 && errno == EINTR);
-    if (n < 0) {
-      error_ = std::string("recv failed: ") + std::strerror(errno);
-      return false;
-    }
-    if (n == 0) {
-      error_ = "the broker closed the connection";
-      return false;
-    }
-    scratch_.clear();
-    if (!parser_.feed(std::string_view(buf, static_cast<std::size_t>(n)), scratch_)) {
-      error_ = "bad frame from the broker: " + parser_.error();
-      return false;
-    }
-    for (auto& f : scratch_) ready_.push_back(std::move(f));
-    return true;
-  }
-
-  int fd_ = -1;
-  escrow::frame_parser parser_;
-  std::vector<escrow::frame> scratch_;
-  std::deque<escrow::frame> ready_;
-  std::string error_;
-};
 
 // ---------------------------------------------------------------------------------------------
 // Messages: the body is "m<run>-<id>|" then padding. <run> is random per txgen run, so that
@@ -419,7 +233,7 @@ class worker {
         destination_("/queue/" + o.queue), timeout_(to_duration(o.timeout)) {}
 
   void run() {
-    bool ok = c_.open(o_);
+    bool ok = c_.open(o_.host, o_.port, o_.timeout);
     if (!ok) st_.complain(who_, c_.error());
     if (ok && o_.mode != "local") ok = subscribe();
     ++st_.ready;
@@ -434,7 +248,7 @@ class worker {
         return;
       }
     }
-    disconnect();
+    disconnect(c_, o_.timeout);
   }
 
  private:
@@ -616,17 +430,6 @@ class worker {
     return true;
   }
 
-  // DISCONNECT with a receipt: the messages still delivered to us go back to the queue.
-  void disconnect() {
-    escrow::frame d;
-    d.command = "DISCONNECT";
-    d.add("receipt", "bye");
-    if (!c_.send(d)) return;
-    auto deadline = clock_type::now() + timeout_;
-    while (auto f = c_.next(deadline))
-      if (f->command == "RECEIPT" && f->get("receipt-id") == "bye") return;
-  }
-
   struct delivered {
     std::string ack;
     std::uint64_t id;
@@ -651,7 +454,7 @@ class worker {
 // Sends `n` persistent messages (ids 0..n-1 of source 0), at most 64 receipts outstanding.
 bool prefill(const options& o, std::uint64_t n) {
   stomp_connection c;
-  if (!c.open(o)) {
+  if (!c.open(o.host, o.port, o.timeout)) {
     std::fprintf(stderr, "txgen: prefill: %s\n", c.error().c_str());
     return false;
   }
@@ -700,7 +503,7 @@ verdict verify(const options& o, const std::unordered_set<std::uint64_t>& expect
   verdict v;
   v.expected = expected.size();
   stomp_connection c;
-  if (!c.open(o)) {
+  if (!c.open(o.host, o.port, o.timeout)) {
     std::fprintf(stderr, "txgen: verify: %s\n", c.error().c_str());
     return v;
   }
@@ -752,14 +555,7 @@ verdict verify(const options& o, const std::unordered_set<std::uint64_t>& expect
       if (v.examples.size() < 10) v.examples.push_back("missing: " + describe_id(id));
     }
   v.done = true;
-  escrow::frame d;
-  d.command = "DISCONNECT";
-  d.add("receipt", "bye");
-  if (c.send(d)) {
-    auto deadline = clock_type::now() + 5s;
-    while (auto f = c.next(deadline))
-      if (f->command == "RECEIPT" && f->get("receipt-id") == "bye") break;
-  }
+  disconnect(c, 5);
   return v;
 }
 

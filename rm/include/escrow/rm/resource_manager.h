@@ -84,6 +84,7 @@ class resource_manager {
   void remove(const branch_ptr& b);
   storage::batch commit_batch(const branch& b, bool has_record, bool keep_record) const;
   storage::batch rollback_batch(const branch& b, bool has_record, bool keep_record) const;
+  void close_record(storage::batch& out, const branch& b, branch_state outcome) const;
 
   std::chrono::milliseconds timeout_;
   std::map<xid, branch_ptr> branches_;

@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "escrow/storage/batch.h"
+
 namespace escrow::storage {
 
 inline constexpr std::string_view kSchemaVersionKey = "schema-version";
@@ -72,5 +74,13 @@ struct message_record {
   std::string encode() const;
   static bool decode(std::string_view value, message_record& out);
 };
+
+struct message_record;
+
+// Batch helpers for the two changes every path makes the same way.
+// Stores a message once for `references` queue entries (a message_refs record when above one).
+void put_message(batch& b, std::uint64_t message_id, const message_record& record, std::uint32_t references);
+// Removes one queue entry and drops its reference to the message (deleted with the last one).
+void erase_entry(batch& b, const entry_key& key);
 
 }  // namespace escrow::storage
