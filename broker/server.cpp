@@ -89,6 +89,21 @@ int run_server(const broker_config& config) {
 
   session_registry registry;
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
+  // Installed before anything says "ready": a SIGTERM right after that must stop us cleanly.
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int signal) {
+    if (ec) return;
+    spdlog::info("signal {}: stopping", signal);
+    for (auto& a : acceptors) {
+      boost::system::error_code ignored;
+      a->close(ignored);
+    }
+    registry.stop_all();
+    // Give sessions a moment to finish their closing work, then stop the pool.
+    auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(200));
+    timer->async_wait([&io, timer](const boost::system::error_code&) { io.stop(); });
+  });
+
   for (const auto& address : config.listen) {
     boost::system::error_code ec;
     auto ip = asio::ip::make_address(address.host, ec);
@@ -113,20 +128,6 @@ int run_server(const broker_config& config) {
     acceptors.push_back(std::move(acceptor));
   }
   spdlog::info("escrowd ready, data in {}", config.data_dir);
-
-  asio::signal_set signals(io, SIGINT, SIGTERM);
-  signals.async_wait([&](const boost::system::error_code& ec, int signal) {
-    if (ec) return;
-    spdlog::info("signal {}: stopping", signal);
-    for (auto& a : acceptors) {
-      boost::system::error_code ignored;
-      a->close(ignored);
-    }
-    registry.stop_all();
-    // Give sessions a moment to finish their closing work, then stop the pool.
-    auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(200));
-    timer->async_wait([&io, timer](const boost::system::error_code&) { io.stop(); });
-  });
 
   std::vector<std::thread> pool;
   for (unsigned i = 1; i < io_threads; ++i) pool.emplace_back([&io] { io.run(); });
