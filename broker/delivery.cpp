@@ -14,10 +14,16 @@ namespace escrow::broker {
 
 bool broker::impl::load_message(queue_entry& e) {
   if (e.msg) return true;
+  // A queue message is stored inline in its entry; a topic message once, in `messages`.
   std::string value;
-  storage::status s = store.get(storage::table::messages, storage::message_key(e.key.message_id), value);
   auto m = std::make_shared<message>();
   m->id = e.key.message_id;
+  storage::status s = store.get(storage::table::entries, e.key.encode(), value);
+  if (s.ok() && storage::decode_inline_message(value, m->record)) {
+    e.msg = std::move(m);
+    return true;
+  }
+  s = store.get(storage::table::messages, storage::message_key(e.key.message_id), value);
   if (!s.ok() || !storage::message_record::decode(value, m->record)) {
     spdlog::error("queue entry for message {} has no readable message ({}); entry skipped", e.key.message_id,
                   s.ok() ? "undecodable record" : s.message());
@@ -31,7 +37,7 @@ void broker::impl::requeue(delivery d, storage::batch& b) { requeue(d.source, st
 
 void broker::impl::requeue(const queue_ptr& q, queue_entry e, storage::batch& b) {
   ++e.delivery_count;
-  if (e.stored) b.put(storage::table::entries, e.key.encode(), storage::encode_delivery_count(e.delivery_count));
+  if (e.stored) b.set_delivery_count(e.key.encode(), e.delivery_count);
   q->release_hold(e.key);
   q->push(std::move(e));
 }

@@ -142,15 +142,14 @@ void broker::impl::handle_send(const connection_ptr& c, frame& f) {
     return receipt_after(c, f, std::move(b));  // b holds only new queues' records
   }
 
-  std::uint32_t stored = 0;
+  std::vector<storage::entry_key> stored;
   b.reserve(routed.msg->record.body.size() + 256 + 32 * routed.entries.size());
   for (auto& [q, e] : routed.entries) {
     if (!e.stored) continue;
-    b.put(storage::table::entries, e.key.encode(), storage::encode_delivery_count(0));
     q->hold(e.key);
-    ++stored;
+    stored.push_back(e.key);
   }
-  if (stored == 0) {
+  if (stored.empty()) {
     if (!b.empty()) submit(std::move(b), [](const storage::status&) {});
     publish(routed.entries);
     return receipt(*c, f);

@@ -72,18 +72,15 @@ void resource_manager::remove(const branch_ptr& b) {
 storage::batch resource_manager::commit_batch(const branch& b, bool has_record, bool keep_record) const {
   storage::batch out;
   for (const auto& s : b.work.sends) {
-    std::uint32_t stored = 0;
-    for (const auto& t : s.targets) {
-      if (!t.stored) continue;
-      out.put(storage::table::entries, t.key.encode(), storage::encode_delivery_count(0));
-      ++stored;
-    }
-    if (stored > 0) storage::put_message(out, s.msg->id, s.msg->record, stored);
+    std::vector<storage::entry_key> stored;
+    for (const auto& t : s.targets)
+      if (t.stored) stored.push_back(t.key);
+    if (!stored.empty()) storage::put_message(out, s.msg->id, s.msg->record, stored);
   }
   for (const auto& c : b.work.consumed) {
     if (!c.stored) continue;
     if (c.negative) {
-      out.put(storage::table::entries, c.key.encode(), storage::encode_delivery_count(c.delivery_count + 1));
+      out.set_delivery_count(c.key.encode(), c.delivery_count + 1);
     } else {
       storage::erase_entry(out, c.key);
     }
@@ -105,8 +102,7 @@ void resource_manager::close_record(storage::batch& out, const branch& b, branch
 storage::batch resource_manager::rollback_batch(const branch& b, bool has_record, bool keep_record) const {
   storage::batch out;
   for (const auto& c : b.work.consumed)
-    if (c.stored)
-      out.put(storage::table::entries, c.key.encode(), storage::encode_delivery_count(c.delivery_count + 1));
+    if (c.stored) out.set_delivery_count(c.key.encode(), c.delivery_count + 1);
   if (has_record) close_record(out, b, keep_record ? branch_state::heuristic_rolled_back : branch_state::none);
   return out;
 }

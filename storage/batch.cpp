@@ -36,16 +36,32 @@ void batch::release_message(std::string_view message_key) {
   put_string(rep_, message_key);
 }
 
+void batch::set_delivery_count(std::string_view entry_key, std::uint32_t count) {
+  rep_.push_back(static_cast<char>(op::set_delivery_count));
+  rep_.push_back(static_cast<char>(table::entries));
+  put_string(rep_, entry_key);
+  std::string value;
+  put_u32(value, count);
+  put_string(rep_, value);
+}
+
+void batch::remove_entry(std::string_view entry_key) {
+  rep_.push_back(static_cast<char>(op::remove_entry));
+  rep_.push_back(static_cast<char>(table::entries));
+  put_string(rep_, entry_key);
+}
+
 bool batch::decode(std::string_view rep, const visitor& visit) {
   while (!rep.empty()) {
     if (rep.size() < 2) return false;
     auto o = static_cast<std::uint8_t>(rep[0]);
     auto t = static_cast<std::uint8_t>(rep[1]);
     rep.remove_prefix(2);
-    if (o < 1 || o > 3 || t >= kTableCount) return false;
+    if (o < 1 || o > 5 || t >= kTableCount) return false;
     std::string_view key, value;
     if (!get_string(rep, key)) return false;
-    if (static_cast<op>(o) == op::put && !get_string(rep, value)) return false;
+    bool has_value = static_cast<op>(o) == op::put || static_cast<op>(o) == op::set_delivery_count;
+    if (has_value && !get_string(rep, value)) return false;
     visit(static_cast<op>(o), static_cast<table>(t), key, value);
   }
   return true;

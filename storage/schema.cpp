@@ -116,19 +116,28 @@ bool message_record::decode(std::string_view value, message_record& out) {
   return value.empty();
 }
 
-void put_message(batch& b, std::uint64_t message_id, const message_record& record, std::uint32_t references) {
+void put_message(batch& b, std::uint64_t message_id, const message_record& record,
+                 const std::vector<entry_key>& entries) {
+  if (entries.size() == 1) {
+    std::string value = encode_delivery_count(0);
+    value += record.encode();
+    b.put(table::entries, entries.front().encode(), value);
+    return;
+  }
+  for (const auto& e : entries) b.put(table::entries, e.encode(), encode_delivery_count(0));
   std::string key = message_key(message_id);
   b.put(table::messages, key, record.encode());
-  if (references > 1) {
+  if (entries.size() > 1) {
     std::string refs;
-    put_u32(refs, references);
+    put_u32(refs, static_cast<std::uint32_t>(entries.size()));
     b.put(table::message_refs, key, refs);
   }
 }
 
-void erase_entry(batch& b, const entry_key& key) {
-  b.erase(table::entries, key.encode());
-  b.release_message(message_key(key.message_id));
+void erase_entry(batch& b, const entry_key& key) { b.remove_entry(key.encode()); }
+
+bool decode_inline_message(std::string_view entry_value, message_record& out) {
+  return entry_value.size() > 4 && message_record::decode(entry_value.substr(4), out);
 }
 
 }  // namespace escrow::storage

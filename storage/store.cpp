@@ -88,6 +88,8 @@ struct store::impl {
   std::size_t map_length = 0;
   int apply(MDB_txn* txn, const batch& b);
   int release(MDB_txn* txn, std::string_view key);
+  int set_delivery_count(MDB_txn* txn, std::string_view entry_key, std::string_view count);
+  int remove_entry(MDB_txn* txn, std::string_view entry_key);
 };
 
 status store::impl::open_environment() {
@@ -186,6 +188,32 @@ int store::impl::release(MDB_txn* txn, std::string_view message_key) {
   return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
+int store::impl::set_delivery_count(MDB_txn* txn, std::string_view entry_key, std::string_view count) {
+  MDB_dbi entries = dbi[static_cast<int>(table::entries)];
+  MDB_val key = as_val(entry_key), value;
+  int rc = mdb_get(txn, entries, &key, &value);
+  if (rc == MDB_NOTFOUND) return 0;  // acknowledged meanwhile: it stays gone
+  if (rc != 0 || value.mv_size < 4 || count.size() != 4) return rc != 0 ? rc : MDB_CORRUPTED;
+  std::string updated(as_view(value));
+  updated.replace(0, 4, count);
+  MDB_val nv = as_val(updated);
+  return mdb_put(txn, entries, &key, &nv, 0);
+}
+
+int store::impl::remove_entry(MDB_txn* txn, std::string_view entry_key) {
+  MDB_dbi entries = dbi[static_cast<int>(table::entries)];
+  MDB_val key = as_val(entry_key), value;
+  int rc = mdb_get(txn, entries, &key, &value);
+  if (rc == MDB_NOTFOUND) return 0;
+  if (rc != 0) return rc;
+  bool has_inline_message = value.mv_size > 4;
+  rc = mdb_del(txn, entries, &key, nullptr);
+  if (rc != 0 || has_inline_message) return rc;
+  storage::entry_key parsed;
+  if (!storage::entry_key::decode(entry_key, parsed)) return 0;
+  return release(txn, message_key(parsed.message_id));
+}
+
 int store::impl::apply(MDB_txn* txn, const batch& b) {
   int rc = 0;
   bool well_formed = batch::decode(b.rep(), [&](batch::op o, table t, std::string_view k, std::string_view v) {
@@ -199,6 +227,8 @@ int store::impl::apply(MDB_txn* txn, const batch& b) {
         if (rc == MDB_NOTFOUND) rc = 0;
         break;
       case batch::op::release_message: rc = release(txn, k); break;
+      case batch::op::set_delivery_count: rc = set_delivery_count(txn, k, v); break;
+      case batch::op::remove_entry: rc = remove_entry(txn, k); break;
     }
   });
   return well_formed ? rc : MDB_INVALID;

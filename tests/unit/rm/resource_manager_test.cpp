@@ -222,9 +222,9 @@ TEST_SUITE("rm/resource_manager") {
     CHECK(find_op(written, storage::batch::op::put, storage::table::entries, storage::entry_key{11, 4, 7}.encode()));
     CHECK(find_op(written, storage::batch::op::put, storage::table::messages, storage::message_key(7)));
     CHECK(find_op(written, storage::batch::op::put, storage::table::message_refs, storage::message_key(7)));
-    CHECK(find_op(written, storage::batch::op::erase, storage::table::entries,
+    // remove_entry: the entry goes, and its message with it (inline, or its last reference).
+    CHECK(find_op(written, storage::batch::op::remove_entry, storage::table::entries,
                   storage::entry_key{20, 4, 1007}.encode()));
-    CHECK(find_op(written, storage::batch::op::release_message, storage::table::messages, storage::message_key(1007)));
     CHECK(find_op(written, storage::batch::op::erase, storage::table::branches, x.encode()));
     CHECK(find(rm, x) != nullptr);  // still there until durable
     CHECK(complete(rm, r) == XA_OK);
@@ -351,7 +351,8 @@ TEST_SUITE("rm/resource_manager") {
     CHECK(r.act == action::roll_back);
     // The consumed entry goes back to its queue, one delivery more.
     auto written = ops(r.write);
-    auto* back = find_op(written, storage::batch::op::put, storage::table::entries, storage::entry_key{20, 4, 1070}.encode());
+    auto* back = find_op(written, storage::batch::op::set_delivery_count, storage::table::entries,
+                         storage::entry_key{20, 4, 1070}.encode());
     REQUIRE(back);
     CHECK(storage::decode_delivery_count(back->value) == 3);
     CHECK(r.work.consumed.size() == 1);
@@ -534,7 +535,8 @@ TEST_SUITE("rm/resource_manager") {
     CHECK(r.act == action::heuristic_rollback);
     auto written = ops(r.write);
     // The consumed entry returns to its queue; nothing of the send is written.
-    CHECK(find_op(written, storage::batch::op::put, storage::table::entries, storage::entry_key{20, 4, 1111}.encode()));
+    CHECK(find_op(written, storage::batch::op::set_delivery_count, storage::table::entries,
+                  storage::entry_key{20, 4, 1111}.encode()));
     CHECK_FALSE(find_op(written, storage::batch::op::put, storage::table::entries, storage::entry_key{10, 4, 111}.encode()));
     CHECK(complete(rm, r) == XA_OK);
     CHECK(state_of(rm, x) == branch_state::heuristic_rolled_back);
@@ -651,7 +653,7 @@ TEST_SUITE("rm/resource_manager") {
       auto written = ops(r.write);
       CHECK_FALSE(touches_branches(written));
       if (r.target->id == active)
-        CHECK(find_op(written, storage::batch::op::put, storage::table::entries,
+        CHECK(find_op(written, storage::batch::op::set_delivery_count, storage::table::entries,
                       storage::entry_key{20, 4, 1130}.encode()));
     }
     // A second pass while the writes are in flight does not roll them back twice.

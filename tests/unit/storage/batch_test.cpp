@@ -150,7 +150,7 @@ TEST_SUITE("storage/batch") {
     std::vector<decoded_op> ops;
     SUBCASE("unknown op") {
       CHECK_FALSE(decode_all(std::string("\x00\x01\x00", 3), ops));
-      CHECK_FALSE(decode_all(std::string("\x04\x01\x00", 3), ops));
+      CHECK_FALSE(decode_all(std::string("\x06\x01\x00", 3), ops));
       CHECK_FALSE(decode_all(std::string("\xff\x01\x00", 3), ops));
     }
     SUBCASE("unknown table") {

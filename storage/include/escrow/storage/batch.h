@@ -1,10 +1,11 @@
 // A batch: the atomic unit of change, built in memory and applied whole by the committer, like
 // LevelDB's WriteBatch. Its byte layout (docs/storage.md) is a sequence of operations:
 //
-//   op      : u8  (1 = put, 2 = erase, 3 = release_message)
+//   op      : u8  (1 = put, 2 = erase, 3 = release_message, 4 = set_delivery_count,
+//                  5 = remove_entry)
 //   table   : u8  (escrow::storage::table)
 //   key     : varint length, bytes
-//   value   : varint length, bytes        (put only)
+//   value   : varint length, bytes        (put and set_delivery_count only)
 //
 // Encoding and decoding are pure functions over bytes, so tests need no disk.
 #pragma once
@@ -23,7 +24,7 @@ const char* table_name(table t);
 
 class batch {
  public:
-  enum class op : std::uint8_t { put = 1, erase = 2, release_message = 3 };
+  enum class op : std::uint8_t { put = 1, erase = 2, release_message = 3, set_delivery_count = 4, remove_entry = 5 };
 
   // Stores `value` under `key`, replacing what was there.
   void put(table t, std::string_view key, std::string_view value);
@@ -32,6 +33,12 @@ class batch {
   // Drops one reference to the message stored under `message_key`: the message is deleted with
   // its last reference (a message_refs record holds the count when it is above one).
   void release_message(std::string_view message_key);
+  // Sets the delivery count at the head of an entry's value, keeping the message stored inline
+  // after it; an entry that is gone (acknowledged meanwhile) stays gone.
+  void set_delivery_count(std::string_view entry_key, std::uint32_t count);
+  // Removes a queue entry and, unless the message is stored inline in it, drops the entry's
+  // reference to the message (release_message).
+  void remove_entry(std::string_view entry_key);
 
   // Room for `bytes` more of operations, to spare reallocations when a large value follows.
   void reserve(std::size_t bytes) { rep_.reserve(rep_.size() + bytes); }

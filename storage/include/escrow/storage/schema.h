@@ -5,7 +5,9 @@
 //   queues        queue name -> queue_record (id, kind, topic)
 //   messages      u64 message id -> message_record (headers and body, stored once)
 //   message_refs  u64 message id -> u32 references, only while a message has more than one
-//   entries       entry_key (u32 queue id, u8 9-priority, u64 message id) -> u32 delivery count
+//   entries       entry_key (u32 queue id, u8 9-priority, u64 message id) -> u32 delivery count,
+//                 followed by the message_record itself when this entry is the message's only
+//                 stored entry (a queue message: one B-tree value instead of two)
 //   branches      xid::encode() -> a prepared or heuristically completed branch (rm/record.h)
 //
 // Queue order is key order: a cursor over a queue's entries yields them by priority, highest
@@ -77,10 +79,14 @@ struct message_record {
 
 struct message_record;
 
-// Batch helpers for the two changes every path makes the same way.
-// Stores a message once for `references` queue entries (a message_refs record when above one).
-void put_message(batch& b, std::uint64_t message_id, const message_record& record, std::uint32_t references);
+// Batch helpers for the changes every path makes the same way.
+// Stores a new message for its stored entries, with delivery count 0: inline in the entry when
+// there is one, else once in `messages` (with a message_refs record) and referenced by each.
+void put_message(batch& b, std::uint64_t message_id, const message_record& record,
+                 const std::vector<entry_key>& entries);
 // Removes one queue entry and drops its reference to the message (deleted with the last one).
 void erase_entry(batch& b, const entry_key& key);
+// The message stored inline in an entry's value, if it has one.
+bool decode_inline_message(std::string_view entry_value, message_record& out);
 
 }  // namespace escrow::storage
