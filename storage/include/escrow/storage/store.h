@@ -3,8 +3,9 @@
 // LMDB write transaction (group commit).
 //
 // Threads: submit() and the read calls are safe from any thread. Completions run on the committer
-// thread, in submission order, and only after the transaction holding the batch is durable (LMDB's
-// default synchronous commit: data pages, then the meta page). A completion must not block; post
+// thread, in submission order, and only after the transaction holding the batch is durable: its
+// data pages synced by its commit, then its meta page synced by the next commit or by an explicit
+// sync when nothing else waits (see run_committer in store.cpp). A completion must not block; post
 // the result to where it belongs. After a failed commit the store is failed for good (sticky, as
 // LevelDB does): every later submit completes with status::failed until the process restarts.
 #pragma once
