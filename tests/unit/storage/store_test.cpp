@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "../temp_dir.h"
 #include "escrow/storage/batch.h"
 #include "escrow/storage/coding.h"
 #include "escrow/storage/schema.h"
@@ -26,25 +27,7 @@ using namespace escrow::storage;
 
 namespace {
 
-// A fresh directory under /tmp, removed with everything in it when the test ends.
-class temp_dir {
- public:
-  temp_dir() {
-    std::string pattern = "/tmp/escrow-store-test-XXXXXX";
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using escrow::testing::temp_dir;
 
 std::unique_ptr<store> open_store(const std::string& path, std::uint64_t map_size = 64ull << 20) {
   store_options options;
