@@ -13,6 +13,7 @@ const char* table_name(table t) {
     case table::message_refs: return "message_refs";
     case table::entries: return "entries";
     case table::branches: return "branches";
+    case table::expiries: return "expiries";
   }
   return "unknown";
 }

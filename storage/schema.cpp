@@ -40,6 +40,26 @@ std::string queue_prefix(std::uint32_t queue_id) {
   return k;
 }
 
+std::string expiry_key(std::uint64_t expires, const entry_key& entry) {
+  std::string k;
+  k.reserve(21);
+  put_u64(k, expires);
+  k += entry.encode();
+  return k;
+}
+
+bool parse_expiry_key(std::string_view key, std::uint64_t& expires, entry_key& entry) {
+  return key.size() == 21 && get_u64(key, expires) && entry_key::decode(key, entry);
+}
+
+std::uint64_t peek_expires(std::string_view record) {
+  // Layout (message_record::encode): u8 version | u8 flags | u8 priority | u64 expires | ...
+  std::uint64_t expires = 0;
+  if (record.size() < 11 || record[0] != 1) return 0;
+  record.remove_prefix(3);
+  return get_u64(record, expires) ? expires : 0;
+}
+
 std::string encode_delivery_count(std::uint32_t count) {
   std::string v;
   put_u32(v, count);
@@ -118,6 +138,8 @@ bool message_record::decode(std::string_view value, message_record& out) {
 
 void put_message(batch& b, std::uint64_t message_id, const message_record& record,
                  const std::vector<entry_key>& entries) {
+  if (record.expires != 0)
+    for (const auto& e : entries) b.put(table::expiries, expiry_key(record.expires, e), {});
   if (entries.size() == 1) {
     std::string value = encode_delivery_count(0);
     value += record.encode();

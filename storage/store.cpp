@@ -210,10 +210,25 @@ int store::impl::remove_entry(MDB_txn* txn, std::string_view entry_key) {
   if (rc == MDB_NOTFOUND) return 0;
   if (rc != 0) return rc;
   bool has_inline_message = value.mv_size > 4;
-  rc = mdb_del(txn, entries, &key, nullptr);
-  if (rc != 0 || has_inline_message) return rc;
   storage::entry_key parsed;
-  if (!storage::entry_key::decode(entry_key, parsed)) return 0;
+  bool well_formed = storage::entry_key::decode(entry_key, parsed);
+  // The expiry index record goes with the entry; its key needs the message's expiry time.
+  std::uint64_t expires = 0;
+  if (has_inline_message) {
+    expires = peek_expires(as_view(value).substr(4));
+  } else if (well_formed) {
+    std::string mkey = message_key(parsed.message_id);
+    MDB_val mk = as_val(mkey), record;
+    if (mdb_get(txn, dbi[static_cast<int>(table::messages)], &mk, &record) == 0) expires = peek_expires(as_view(record));
+  }
+  rc = mdb_del(txn, entries, &key, nullptr);
+  if (rc == 0 && expires != 0 && well_formed) {
+    std::string ikey = expiry_key(expires, parsed);
+    MDB_val ik = as_val(ikey);
+    rc = mdb_del(txn, dbi[static_cast<int>(table::expiries)], &ik, nullptr);
+    if (rc == MDB_NOTFOUND) rc = 0;
+  }
+  if (rc != 0 || has_inline_message || !well_formed) return rc;
   return release(txn, message_key(parsed.message_id));
 }
 

@@ -125,3 +125,60 @@ TEST_SUITE("storage/entries") {
     CHECK_FALSE(f.has(table::entries, k.encode()));
   }
 }
+
+TEST_SUITE("storage/expiries") {
+  TEST_CASE("an expiring message gets one index record per entry, gone with each entry") {
+    fixture f;
+    message_record r = sample("x");
+    r.expires = 1234;
+    entry_key only{1, 4, 7}, a{2, 4, 8}, c{3, 4, 8};
+    batch b;
+    put_message(b, 7, r, {only});
+    put_message(b, 8, r, {a, c});
+    f.apply(std::move(b));
+    CHECK(f.has(table::expiries, expiry_key(1234, only)));
+    CHECK(f.has(table::expiries, expiry_key(1234, a)));
+    CHECK(f.has(table::expiries, expiry_key(1234, c)));
+
+    batch gone;
+    erase_entry(gone, only);  // inline message
+    erase_entry(gone, a);     // shared message, one reference left
+    f.apply(std::move(gone));
+    CHECK_FALSE(f.has(table::expiries, expiry_key(1234, only)));
+    CHECK_FALSE(f.has(table::expiries, expiry_key(1234, a)));
+    CHECK(f.has(table::expiries, expiry_key(1234, c)));
+    batch last;
+    erase_entry(last, c);
+    f.apply(std::move(last));
+    CHECK_FALSE(f.has(table::expiries, expiry_key(1234, c)));
+    CHECK_FALSE(f.has(table::messages, message_key(8)));
+  }
+
+  TEST_CASE("a message that never expires has no index record") {
+    fixture f;
+    batch b;
+    put_message(b, 9, sample("y"), {entry_key{1, 4, 9}});
+    f.apply(std::move(b));
+    int records = 0;
+    REQUIRE(f.db->scan(table::expiries, {}, {}, [&](std::string_view, std::string_view) {
+      ++records;
+      return true;
+    }).ok());
+    CHECK(records == 0);
+  }
+
+  TEST_CASE("index keys sort by expiry time and round-trip") {
+    entry_key e{5, 9, 42};
+    CHECK(expiry_key(100, e) < expiry_key(200, entry_key{1, 0, 1}));
+    std::uint64_t expires = 0;
+    entry_key parsed;
+    REQUIRE(parse_expiry_key(expiry_key(77, e), expires, parsed));
+    CHECK(expires == 77);
+    CHECK(parsed == e);
+    CHECK_FALSE(parse_expiry_key("short", expires, parsed));
+    message_record r = sample("z");
+    r.expires = 99;
+    CHECK(peek_expires(r.encode()) == 99);
+    CHECK(peek_expires("") == 0);
+  }
+}

@@ -18,8 +18,10 @@
 namespace escrow::storage {
 
 // The named sub-databases of the environment. See schema.h for what each holds.
-enum class table : std::uint8_t { meta = 0, queues = 1, messages = 2, message_refs = 3, entries = 4, branches = 5 };
-inline constexpr int kTableCount = 6;
+enum class table : std::uint8_t {
+  meta = 0, queues = 1, messages = 2, message_refs = 3, entries = 4, branches = 5, expiries = 6
+};
+inline constexpr int kTableCount = 7;
 const char* table_name(table t);
 
 class batch {
@@ -36,8 +38,8 @@ class batch {
   // Sets the delivery count at the head of an entry's value, keeping the message stored inline
   // after it; an entry that is gone (acknowledged meanwhile) stays gone.
   void set_delivery_count(std::string_view entry_key, std::uint32_t count);
-  // Removes a queue entry and, unless the message is stored inline in it, drops the entry's
-  // reference to the message (release_message).
+  // Removes a queue entry, its record in the expiry index (when its message expires) and, unless
+  // the message is stored inline in it, the entry's reference to the message (release_message).
   void remove_entry(std::string_view entry_key);
 
   // Room for `bytes` more of operations, to spare reallocations when a large value follows.

@@ -1,4 +1,4 @@
-// What each table holds, and the typed keys and values that live in it (schema version 1).
+// What each table holds, and the typed keys and values that live in it (schema version 2).
 //
 //   meta          "schema-version" -> u32;  "next-message-id" -> u64 (ids below it were used);
 //                 "next-queue-id" -> u32 (queue ids are never reused, even after a queue is dropped)
@@ -9,6 +9,8 @@
 //                 followed by the message_record itself when this entry is the message's only
 //                 stored entry (a queue message: one B-tree value instead of two)
 //   branches      xid::encode() -> a prepared or heuristically completed branch (rm/record.h)
+//   expiries      u64 expires (epoch ms) | entry_key -> empty: the expiry index, one record per
+//                 stored entry whose message expires, so the reaper reads only what has expired
 //
 // Queue order is key order: a cursor over a queue's entries yields them by priority, highest
 // first, then by arrival. All integers are big-endian. docs/storage.md has the same layout.
@@ -50,6 +52,12 @@ struct entry_key {
 // The 4-byte prefix shared by every entry of a queue.
 std::string queue_prefix(std::uint32_t queue_id);
 
+// A record of the expiry index: the entry's message expires at `expires` (epoch ms, not 0).
+std::string expiry_key(std::uint64_t expires, const entry_key& entry);
+bool parse_expiry_key(std::string_view key, std::uint64_t& expires, entry_key& entry);
+// The `expires` field of an encoded message_record without decoding the rest; 0 when malformed.
+std::uint64_t peek_expires(std::string_view message_record_bytes);
+
 std::string encode_delivery_count(std::uint32_t count);
 std::uint32_t decode_delivery_count(std::string_view value);
 
@@ -81,7 +89,8 @@ struct message_record;
 
 // Batch helpers for the changes every path makes the same way.
 // Stores a new message for its stored entries, with delivery count 0: inline in the entry when
-// there is one, else once in `messages` (with a message_refs record) and referenced by each.
+// there is one, else once in `messages` (with a message_refs record) and referenced by each; and,
+// when the message expires, one expiry index record per entry.
 void put_message(batch& b, std::uint64_t message_id, const message_record& record,
                  const std::vector<entry_key>& entries);
 // Removes one queue entry and drops its reference to the message (deleted with the last one).

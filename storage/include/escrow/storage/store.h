@@ -21,7 +21,7 @@
 
 namespace escrow::storage {
 
-inline constexpr std::uint32_t kSchemaVersion = 1;
+inline constexpr std::uint32_t kSchemaVersion = 2;
 
 struct store_options {
   std::string path;                                  // a directory; created if missing
