@@ -9,6 +9,7 @@
 #include <chrono>
 
 #include "core.h"
+#include "core_timers.h"
 #include "escrow/storage/coding.h"
 #include "escrow/storage/store.h"
 
@@ -25,15 +26,11 @@ namespace {
 constexpr std::string_view kServerName = "escrow/0.1.0";
 }
 
-struct core_timers {
-  asio::steady_timer branch_expiry;
-};
-
 broker::impl::impl(asio::io_context& io, storage::store& s, const broker_config& c)
     : store(s), config(c), rm(std::chrono::milliseconds(c.branch_timeout_ms)) {
   auto strand = asio::make_strand(io);
   post = [strand](std::function<void()> fn) { asio::post(strand, std::move(fn)); };
-  timers.reset(new core_timers{asio::steady_timer(strand)});
+  timers.reset(new core_timers{asio::steady_timer(strand), asio::steady_timer(strand), asio::steady_timer(strand)});
 }
 
 broker::impl::~impl() = default;
@@ -198,9 +195,19 @@ storage::status broker::open() {
       if (queue_ptr q = m.find_by_id(c.key.queue_id)) q->hold(c.key);
   }
   m.next_message_id = std::max(m.next_message_id, m.rm.max_staged_message_id() + 1);
+  // The expiry and dead letter queues the settings name exist from the start, visible to browsers
+  // and consumers before anything is moved there.
+  storage::batch created;
+  m.create_undelivered_queues(created);
+  if (!created.empty()) m.submit(std::move(created), [](const storage::status& s) {
+    if (!s.ok()) spdlog::error("cannot store the expiry and dead letter queues: {}", s.message());
+  });
   spdlog::info("store open: {} queues and durable subscriptions, {} prepared or heuristic branches, next message id {}",
                loaded, prepared, m.next_message_id);
-  m.post([p = impl_.get()] { p->schedule_expiry(); });
+  m.post([p = impl_.get()] {
+    p->schedule_expiry();
+    p->schedule_reaper();
+  });
   return {};
 }
 

@@ -33,6 +33,14 @@ std::optional<listen_address> parse_listen_address(const std::string& text) {
   return listen_address{host, static_cast<std::uint16_t>(port)};
 }
 
+std::vector<address_setting_entry> embedded_address_settings() {
+  address_setting_entry all;
+  all.match = "#";
+  all.expiry_address = "ExpiryQueue";
+  all.dead_letter_address = "DLQ";
+  return {all};
+}
+
 namespace {
 
 std::string where(const std::string& path, const toml::node& node, const std::string& key) {
@@ -61,6 +69,112 @@ setter string_field(std::string& field) {
   };
 }
 
+setter bool_field(bool& field) {
+  return [&field](const toml::node& n) -> std::string {
+    if (!n.is_boolean()) return "must be true or false";
+    field = *n.value<bool>();
+    return "";
+  };
+}
+
+setter scan_period_field(std::int64_t& field) {
+  return [&field](const toml::node& n) -> std::string {
+    auto v = n.value<std::int64_t>();
+    if (!n.is_integer() || !v || (*v < 1 && *v != -1))
+      return "must be a period in milliseconds (at least 1), or -1 to turn the reaper off";
+    field = *v;
+    return "";
+  };
+}
+
+// The keys of one [[address-settings]] table, each checked and stored in `e`.
+std::map<std::string, setter> address_setting_keys(address_setting_entry& e) {
+  auto address = [](std::optional<std::string>& field) -> setter {
+    return [&field](const toml::node& n) -> std::string {
+      if (!n.is_string()) return "must be a string (a queue name, /queue/NAME or /topic/NAME; \"\" for none)";
+      field = *n.value<std::string>();
+      return "";
+    };
+  };
+  auto non_negative = [](auto& field) -> setter {
+    return [&field](const toml::node& n) -> std::string {
+      auto v = n.value<std::int64_t>();
+      if (!n.is_integer() || !v) return "must be an integer";
+      if (*v < 0) return "must not be negative";
+      field = static_cast<std::uint64_t>(*v);
+      return "";
+    };
+  };
+  auto real = [](std::optional<double>& field, double min, double max, const char* rule) -> setter {
+    return [&field, min, max, rule](const toml::node& n) -> std::string {
+      auto v = n.value<double>();  // an integer is accepted as a number too
+      if (!(n.is_floating_point() || n.is_integer()) || !v) return std::string("must be a number ") + rule;
+      if (*v < min || *v > max) return std::string("must be ") + rule;
+      field = *v;
+      return "";
+    };
+  };
+  return {
+      {"match", [&e](const toml::node& n) -> std::string {
+         if (!n.is_string()) return "must be a string";
+         std::string p = *n.value<std::string>();
+         if (auto problem = check_pattern(p); !problem.empty()) return "'" + p + "' " + problem;
+         e.match = std::move(p);
+         return "";
+       }},
+      {"expiry-address", address(e.expiry_address)},
+      {"dead-letter-address", address(e.dead_letter_address)},
+      {"expiry-delay", [&e](const toml::node& n) -> std::string {
+         auto v = n.value<std::int64_t>();
+         if (!n.is_integer() || !v || (*v < 0 && *v != -1))
+           return "must be milliseconds (0 or more), or -1 for no default time to live";
+         e.expiry_delay_ms = *v;
+         return "";
+       }},
+      {"redelivery-delay", non_negative(e.redelivery_delay_ms)},
+      {"max-redelivery-delay", non_negative(e.max_redelivery_delay_ms)},
+      {"redelivery-delay-multiplier", real(e.redelivery_multiplier, 1.0, 1e6, "of at least 1.0")},
+      {"redelivery-collision-avoidance-factor",
+       real(e.collision_avoidance_factor, 0.0, 1.0, "from 0.0 to 1.0")},
+      {"max-delivery-attempts", [&e](const toml::node& n) -> std::string {
+         auto v = n.value<std::int64_t>();
+         if (!n.is_integer() || !v || (*v < 1 && *v != -1))
+           return "must be a count of at least 1, or -1 to never dead-letter";
+         e.max_delivery_attempts = *v;
+         return "";
+       }},
+  };
+}
+
+std::string load_address_settings(const std::string& path, const toml::node& node,
+                                  std::vector<address_setting_entry>& out) {
+  const toml::array* list = node.as_array();
+  if (!list || !list->is_array_of_tables())
+    return where(path, node, "address-settings") + " must be a list of tables ([[address-settings]])";
+  std::vector<address_setting_entry> entries;
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const toml::table& t = *list->get(i)->as_table();
+    std::string name = fmt::format("address-settings[{}]", i + 1);
+    address_setting_entry e;
+    e.line = static_cast<int>(t.source().begin.line);
+    auto keys = address_setting_keys(e);
+    for (const auto& [key, value] : t) {
+      std::string k(key.str());
+      auto f = keys.find(k);
+      if (f == keys.end()) return where(path, value, name + "." + k) + ": unknown key";
+      if (auto err = f->second(value); !err.empty()) return where(path, value, name + "." + k) + " " + err;
+    }
+    if (e.match.empty()) return where(path, t, name) + " has no match key (the address pattern it applies to)";
+    for (const auto& earlier : entries)
+      if (earlier.match == e.match)
+        return where(path, t, name + ".match") + " '" + e.match + "' is already used by the address-settings at line " +
+               std::to_string(earlier.line) + "; merge the two";
+    entries.push_back(std::move(e));
+  }
+  out = std::move(entries);
+  return "";
+}
+
 }  // namespace
 
 std::string load_config_file(const std::string& path, broker_config& config) {
@@ -75,6 +189,10 @@ std::string load_config_file(const std::string& path, broker_config& config) {
       {"data-dir", string_field(config.data_dir)},
       {"log-level", string_field(config.log_level)},
       {"io-threads", unsigned_field(config.io_threads, 0)},
+      {"address-settings", [&config, &path](const toml::node& n) -> std::string {
+         std::string err = load_address_settings(path, n, config.address_settings);
+         return err.empty() ? "" : "\n" + err;  // already names the file and line
+       }},
       {"listen", [&config](const toml::node& n) -> std::string {
          const toml::array* list = n.as_array();
          if (!list || list->empty()) return "must be a non-empty array of \"HOST:PORT\" strings";
@@ -101,7 +219,9 @@ std::string load_config_file(const std::string& path, broker_config& config) {
         {"connect-timeout-ms", unsigned_field(config.connect_timeout_ms, 1)}}},
       {"delivery",
        {{"consumer-window", unsigned_field(config.consumer_window, 1)},
-        {"queue-memory-window", unsigned_field(config.queue_memory_window, 1)}}},
+        {"queue-memory-window", unsigned_field(config.queue_memory_window, 1)},
+        {"message-expiry-scan-period", scan_period_field(config.message_expiry_scan_period_ms)},
+        {"persist-delivery-count-before-delivery", bool_field(config.persist_delivery_count_before_delivery)}}},
       {"transactions", {{"timeout-ms", unsigned_field(config.branch_timeout_ms, 1)}}},
       {"heartbeat",
        {{"send-ms", unsigned_field(config.heartbeat_send_ms)},
@@ -124,7 +244,8 @@ std::string load_config_file(const std::string& path, broker_config& config) {
     }
     auto f = top.find(name);
     if (f == top.end()) return where(path, node, name) + ": unknown key";
-    if (auto err = f->second(node); !err.empty()) return where(path, node, name) + " " + err;
+    if (auto err = f->second(node); !err.empty())
+      return err.front() == '\n' ? err.substr(1) : where(path, node, name) + " " + err;
   }
   return "";
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "address_settings.h"
 #include "escrow/frame.h"
 
 namespace escrow::broker {
@@ -16,6 +17,10 @@ struct listen_address {
   std::string host;
   std::uint16_t port = 0;  // 0: any free port (the chosen one is logged)
 };
+
+// The embedded default: for every address (`#`), dead letters go to DLQ and expired messages to
+// ExpiryQueue, so that nothing is dropped out of the box.
+std::vector<address_setting_entry> embedded_address_settings();
 
 struct broker_config {
   std::vector<listen_address> listen{{"127.0.0.1", 61613}};
@@ -35,6 +40,12 @@ struct broker_config {
   // delivery
   std::uint32_t consumer_window = 1000;     // unacknowledged messages per subscription by default
   std::size_t queue_memory_window = 1000;   // ready entries of a queue kept in memory
+
+  // undelivered messages (docs/configuration.md). A file's [[address-settings]] list replaces the
+  // embedded one, which sends dead letters to DLQ and expired messages to ExpiryQueue.
+  std::vector<address_setting_entry> address_settings = embedded_address_settings();
+  std::int64_t message_expiry_scan_period_ms = 30000;  // the reaper's period; -1: no reaper
+  bool persist_delivery_count_before_delivery = false;
 
   // transactions
   std::uint64_t branch_timeout_ms = 300000;  // a branch not prepared by then is rolled back

@@ -4,16 +4,19 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "address_settings.h"
 #include "broker.h"
 #include "escrow/rm/resource_manager.h"
 #include "escrow/storage/batch.h"
@@ -62,6 +65,26 @@ struct topic {
 // Timers that need Asio; defined in broker.cpp.
 struct core_timers;
 
+// Why the broker moves a message out of its queue without a consumer acknowledging it.
+enum class move_reason { expired, max_delivery_attempts };
+
+// A message on its way out of `from` (held there) to the expiry or dead letter address: once the
+// batch that moves it is durable, `to` is published; if the store refuses, `old` goes back.
+struct move_plan {
+  move_reason reason;
+  queue_ptr from;
+  queue_entry old;
+  std::vector<std::pair<queue_ptr, queue_entry>> to;
+};
+
+// Messages that left their queues unacknowledged, since start (logged; for the metrics).
+struct undelivered_counters {
+  std::uint64_t expired = 0;             // moved to an expiry address
+  std::uint64_t expired_dropped = 0;     // expired with no expiry address (or nobody listening)
+  std::uint64_t dead_lettered = 0;       // moved to a dead letter address
+  std::uint64_t dead_letters_dropped = 0;
+};
+
 // A SEND, validated and routed: the message and its entry in each target queue.
 struct routed_message {
   message_ptr msg;
@@ -86,6 +109,11 @@ struct broker::impl {
   std::uint64_t next_message_id = 1;
   std::uint32_t next_queue_id = 1;
   std::unique_ptr<core_timers> timers;
+  undelivered_counters undelivered;
+  std::mt19937_64 random{std::random_device{}()};
+  // Returned messages waiting out their redelivery delay (held in their queue meanwhile).
+  std::multimap<std::chrono::steady_clock::time_point, std::pair<queue_ptr, queue_entry>> delayed;
+  std::unordered_map<std::string, address_settings> settings_cache;  // by address
 
   // Runs a function on the core strand; set up by broker.cpp, which owns the Asio strand.
   std::function<void(std::function<void()>)> post;
@@ -137,6 +165,9 @@ struct broker::impl {
              const std::string& detail = {});
 
   // SEND.
+  // The queues a destination reaches: /queue/NAME (created if missing, its record added to
+  // `records`) or every subscription of /topic/NAME. False when it is neither form.
+  bool resolve_destination(std::string_view destination, storage::batch& records, std::vector<queue_ptr>& out);
   bool route(const connection_ptr& c, frame& f, routed_message& out, storage::batch& records);
   void publish(std::vector<std::pair<queue_ptr, queue_entry>>& entries);
 
@@ -150,10 +181,34 @@ struct broker::impl {
   // Delivery.
   void dispatch(const queue_ptr& q);
   bool load_message(queue_entry& e);
-  // Returns a delivery to its queue for redelivery (delivery count raised, persisted when stored).
+  // Returns a delivery to its queue for redelivery (delivery count raised, persisted in `b` when
+  // stored), then offer_again().
   void requeue(delivery d, storage::batch& b);
   void requeue(const queue_ptr& q, queue_entry e, storage::batch& b);
+  // A held entry whose (raised, already persisted) delivery count ended a delivery: dead-letters
+  // it after max-delivery-attempts, else makes it ready again now or after the redelivery delay.
+  void offer_again(const queue_ptr& q, queue_entry e);
   void detach(subscription& s, storage::batch& b);
+
+  // Undelivered messages (undelivered.cpp): address settings, expiry, redelivery, dead letters.
+  const address_settings& settings_for(const std::string& address);
+  bool expired(const queue_entry& e, std::uint64_t now) const {
+    return e.msg->record.expires != 0 && e.msg->record.expires <= now;
+  }
+  bool dead_letter_due(const queue_ptr& q, const queue_entry& e);
+  // Adds to `b` the move of held entry `e` (message loaded) out of `q` for `reason`, and its plan.
+  void plan_move(const queue_ptr& q, queue_entry e, move_reason reason, storage::batch& b,
+                 std::vector<move_plan>& plans);
+  // Submits `b` and carries out `plans` once it is durable (or undoes them if refused).
+  void submit_moves(storage::batch b, std::vector<move_plan> plans);
+  // One pass of the expiry reaper from index key `from`; continues in a later turn if cut short.
+  void reap(std::string from = {});
+  void schedule_reaper();
+  void delay_redelivery(const queue_ptr& q, queue_entry e, std::uint64_t delay_ms);
+  void arm_redelivery();  // the timer, for the earliest delayed entry
+  void redeliver_due();
+  // The queues named by every expiry and dead letter address in the settings, created if missing.
+  void create_undelivered_queues(storage::batch& b);
 };
 
 // Milliseconds since the epoch, the unit of `expires` and `timestamp`.

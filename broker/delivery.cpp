@@ -38,8 +38,7 @@ void broker::impl::requeue(delivery d, storage::batch& b) { requeue(d.source, st
 void broker::impl::requeue(const queue_ptr& q, queue_entry e, storage::batch& b) {
   ++e.delivery_count;
   if (e.stored) b.set_delivery_count(e.key.encode(), e.delivery_count);
-  q->release_hold(e.key);
-  q->push(std::move(e));
+  offer_again(q, std::move(e));
 }
 
 // The MESSAGE frame, written straight into the connection's outbox (the body is copied once).
@@ -76,6 +75,12 @@ void broker::impl::dispatch(const queue_ptr& q) {
   auto& consumers = q->consumers();
   storage::batch auto_acks;
   std::vector<storage::entry_key> auto_acked;
+  storage::batch moves;  // expired messages and dead letters found on the way
+  std::vector<move_plan> plans;
+  // persist-delivery-count-before-delivery: the raised counts, and the deliveries that wait for them
+  storage::batch counts;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> after_counts;  // (connection id, ack tag)
+  std::uint64_t now = now_ms();
   while (!consumers.empty()) {
     subscription* chosen = nullptr;
     std::size_t chosen_index = 0;
@@ -96,16 +101,15 @@ void broker::impl::dispatch(const queue_ptr& q) {
       q->release_hold(e.key);
       continue;
     }
-    // Removes the entry for good (stored: once the batch below is durable).
-    auto remove = [&](const queue_entry& gone) {
-      if (!gone.stored) return q->release_hold(gone.key);
-      storage::erase_entry(auto_acks, gone.key);
-      auto_acked.push_back(gone.key);
-    };
-    // A message past its expiry is never delivered, whether or not a reaper got to it.
-    if (e.msg->record.expires != 0 && e.msg->record.expires <= now_ms()) {
-      spdlog::info("queue {}: message {} expired at {}; dropped", q->name(), e.msg->id, e.msg->record.expires);
-      remove(e);
+    // A message past its expiry is never delivered, whether or not the reaper got to it. One that
+    // used up its delivery attempts (its count came back from storage after a crash) is a dead
+    // letter.
+    if (expired(e, now)) {
+      plan_move(q, std::move(e), move_reason::expired, moves, plans);
+      continue;
+    }
+    if (dead_letter_due(q, e)) {
+      plan_move(q, std::move(e), move_reason::max_delivery_attempts, moves, plans);
       continue;
     }
     // The turn passes only when a message was handed out, so round robin is fair to consumers
@@ -114,20 +118,48 @@ void broker::impl::dispatch(const queue_ptr& q) {
 
     connection& c = *chosen->owner;
     std::uint64_t tag = c.next_tag++;
-    write_message(c, *chosen, tag, e);
-
     if (chosen->mode == ack_mode::auto_ack) {
-      remove(e);  // auto: the message counts as acknowledged once it is written to the consumer
-    } else {
-      c.tag_owner.emplace(tag, chosen);
-      chosen->unacked.emplace(tag, delivery{q, std::move(e)});
+      // auto: the message counts as acknowledged once it is written to the consumer; a stored
+      // entry goes for good once the batch below is durable.
+      write_message(c, *chosen, tag, e);
+      if (!e.stored) {
+        q->release_hold(e.key);
+      } else {
+        storage::erase_entry(auto_acks, e.key);
+        auto_acked.push_back(e.key);
+      }
+      continue;
     }
+    if (config.persist_delivery_count_before_delivery && e.stored) {
+      // The count this delivery will have if it fails is durable before the consumer sees it.
+      counts.set_delivery_count(e.key.encode(), e.delivery_count + 1);
+      after_counts.emplace_back(c.id, tag);
+    } else {
+      write_message(c, *chosen, tag, e);
+    }
+    c.tag_owner.emplace(tag, chosen);
+    chosen->unacked.emplace(tag, delivery{q, std::move(e)});
   }
   if (!auto_acks.empty()) {
     submit(std::move(auto_acks), [q, keys = std::move(auto_acked)](const storage::status&) {
       for (auto& k : keys) q->release_hold(k);
     });
   }
+  if (!counts.empty()) {
+    submit(std::move(counts), [this, deliveries = std::move(after_counts)](const storage::status&) {
+      // Each delivery still unacknowledged is written now (one acknowledged or returned meanwhile,
+      // or whose consumer left, is not).
+      for (auto [connection_id, tag] : deliveries) {
+        auto c = connections.find(connection_id);
+        if (c == connections.end()) continue;
+        auto owner = c->second->tag_owner.find(tag);
+        if (owner == c->second->tag_owner.end()) continue;
+        auto d = owner->second->unacked.find(tag);
+        if (d != owner->second->unacked.end()) write_message(*c->second, *owner->second, tag, d->second.entry);
+      }
+    });
+  }
+  submit_moves(std::move(moves), std::move(plans));
 }
 
 void broker::impl::handle_ack(const connection_ptr& c, const frame& f, bool positive) {

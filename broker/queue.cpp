@@ -15,6 +15,9 @@ queue::queue(std::uint32_t id, std::string name, kind k, std::string topic, stor
 void queue::push(queue_entry entry) {
   if (entry.stored && !in_window(entry.key)) return;  // storage has it; the cursor will reach it
   auto [it, inserted] = ready_.emplace(entry.key, std::move(entry));
+  const queue_entry& e = it->second;
+  if (inserted && !e.stored && e.msg && e.msg->record.expires != 0)
+    expiring_in_memory_.emplace(e.msg->record.expires, e.key);
   if (inserted && it->second.stored) {
     ++stored_in_memory_;
     if (stored_in_memory_ > memory_window_) evict();
@@ -84,8 +87,39 @@ std::optional<queue_entry> queue::pop() {
   queue_entry e = std::move(it->second);
   ready_.erase(it);
   if (e.stored) --stored_in_memory_;
+  forget_expiring(e);
   held_.insert(e.key);
   return e;
+}
+
+void queue::forget_expiring(const queue_entry& e) {
+  if (!e.stored && e.msg && e.msg->record.expires != 0) expiring_in_memory_.erase({e.msg->record.expires, e.key});
+}
+
+std::optional<queue_entry> queue::take(const storage::entry_key& key) {
+  if (held_.count(key)) return std::nullopt;
+  held_.insert(key);
+  auto it = ready_.find(key);
+  if (it == ready_.end()) return queue_entry{key, 0, true, nullptr};  // only in storage
+  queue_entry e = std::move(it->second);
+  ready_.erase(it);
+  if (e.stored) --stored_in_memory_;
+  forget_expiring(e);
+  return e;
+}
+
+std::vector<queue_entry> queue::take_expired_in_memory(std::uint64_t now) {
+  std::vector<queue_entry> out;
+  while (!expiring_in_memory_.empty() && expiring_in_memory_.begin()->first <= now) {
+    storage::entry_key key = expiring_in_memory_.begin()->second;
+    expiring_in_memory_.erase(expiring_in_memory_.begin());
+    auto it = ready_.find(key);
+    if (it == ready_.end()) continue;
+    out.push_back(std::move(it->second));
+    ready_.erase(it);
+    held_.insert(key);
+  }
+  return out;
 }
 
 }  // namespace escrow::broker

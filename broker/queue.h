@@ -50,11 +50,21 @@ class queue {
   kind type() const { return kind_; }
   bool durable() const { return kind_ != kind::subscription; }
   const std::string& topic() const { return topic_; }  // for subscriptions: the topic they listen to
+  // The address its settings are looked up by: a queue's name, a subscription's topic.
+  const std::string& address() const { return kind_ == kind::queue ? name_ : topic_; }
 
   // Before a stored entry's write is durable: keep a refill from handing it out meanwhile.
   void hold(const storage::entry_key& key) { held_.insert(key); }
   // A held entry's storage work is over (write done, or delete done): forget it.
   void release_hold(const storage::entry_key& key) { held_.erase(key); }
+  bool is_held(const storage::entry_key& key) const { return held_.count(key) != 0; }
+
+  // Takes one entry out of the queue, wherever it is (in memory, or only in storage: then without
+  // its message), and holds it. nullopt when it is held already (in flight, in a transaction
+  // branch, waiting for redelivery or being moved): the caller leaves it alone.
+  std::optional<queue_entry> take(const storage::entry_key& key);
+  // Takes out (and holds) the ready entries kept only in memory whose message expired by `now`.
+  std::vector<queue_entry> take_expired_in_memory(std::uint64_t now);
 
   // Makes an entry available: a new message, or one coming back from a delivery (with its
   // delivery count already raised by the caller). A stored entry beyond the in-memory window is
@@ -92,7 +102,12 @@ class queue {
   storage::store* store_;
   std::size_t memory_window_;
 
+  void forget_expiring(const queue_entry& e);
+
   std::map<storage::entry_key, queue_entry> ready_;
+  // Ready entries that are not stored and whose message expires, by expiry time: the reaper's
+  // index for what storage does not hold.
+  std::set<std::pair<std::uint64_t, storage::entry_key>> expiring_in_memory_;
   std::size_t stored_in_memory_ = 0;
   std::set<storage::entry_key> held_;
   // First key not loaded from storage; nullopt when every stored entry has been loaded. A new

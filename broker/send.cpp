@@ -63,6 +63,19 @@ queue_ptr broker::impl::find_or_create_queue(const std::string& name, storage::b
   return q;
 }
 
+bool broker::impl::resolve_destination(std::string_view dest, storage::batch& records, std::vector<queue_ptr>& out) {
+  if (dest.substr(0, kQueuePrefix.size()) == kQueuePrefix && dest.size() > kQueuePrefix.size()) {
+    out.push_back(find_or_create_queue(std::string(dest.substr(kQueuePrefix.size())), records));
+    return true;
+  }
+  if (dest.substr(0, kTopicPrefix.size()) == kTopicPrefix && dest.size() > kTopicPrefix.size()) {
+    auto t = topics.find(std::string(dest.substr(kTopicPrefix.size())));
+    if (t != topics.end()) out = t->second.subscriptions;
+    return true;
+  }
+  return false;
+}
+
 bool broker::impl::route(const connection_ptr& c, frame& f, routed_message& out, storage::batch& records) {
   const std::string* destination = f.find("destination");
   if (!destination) return error(*c, "SEND frame has no destination header", &f), false;
@@ -84,14 +97,13 @@ bool broker::impl::route(const connection_ptr& c, frame& f, routed_message& out,
   }
 
   std::vector<queue_ptr> targets;
-  std::string_view dest = *destination;
-  if (dest.substr(0, kQueuePrefix.size()) == kQueuePrefix && dest.size() > kQueuePrefix.size()) {
-    targets.push_back(find_or_create_queue(std::string(dest.substr(kQueuePrefix.size())), records));
-  } else if (dest.substr(0, kTopicPrefix.size()) == kTopicPrefix && dest.size() > kTopicPrefix.size()) {
-    auto t = topics.find(std::string(dest.substr(kTopicPrefix.size())));
-    if (t != topics.end()) targets = t->second.subscriptions;
-  } else {
+  if (!resolve_destination(*destination, records, targets))
     return error(*c, "invalid destination '" + *destination + "': use /queue/NAME or /topic/NAME", &f), false;
+  // A message sent without a time to live gets its address's expiry-delay, if one is set.
+  if (record.expires == 0) {
+    std::string address = destination->substr(kQueuePrefix.size());  // "/queue/" and "/topic/" are as long
+    std::int64_t delay = settings_for(address).expiry_delay_ms;
+    if (delay >= 0) record.expires = now_ms() + static_cast<std::uint64_t>(delay);
   }
 
   record.destination = *destination;

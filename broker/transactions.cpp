@@ -63,10 +63,8 @@ void broker::impl::apply_commit(const rm::branch_work& work) {
     queue_ptr q = find_by_id(c.key.queue_id);
     if (!q) continue;
     if (c.negative) {
-      // The delivery count was written by the commit batch; push the raised count to memory.
-      queue_entry e{c.key, c.delivery_count + 1, c.stored, c.msg};
-      q->release_hold(c.key);
-      q->push(std::move(e));
+      // The delivery count was written by the commit batch; the entry comes back with it raised.
+      offer_again(q, queue_entry{c.key, c.delivery_count + 1, c.stored, c.msg});
       touched.push_back(q);
     } else {
       q->release_hold(c.key);
@@ -81,8 +79,7 @@ void broker::impl::apply_rollback(const rm::branch_work& work) {
     queue_ptr q = find_by_id(c.key.queue_id);
     if (!q) continue;
     // The rollback batch already wrote the raised delivery count.
-    q->release_hold(c.key);
-    q->push(queue_entry{c.key, c.delivery_count + 1, c.stored, c.msg});
+    offer_again(q, queue_entry{c.key, c.delivery_count + 1, c.stored, c.msg});
     touched.push_back(q);
   }
   for (auto& q : touched) dispatch(q);

@@ -1,0 +1,255 @@
+// Messages that are not delivered the ordinary way (HornetQ's chapters in ../shared/seeds/):
+// expiry (the reaper, over the storage expiry index and each queue's in-memory index), redelivery
+// after a delay, and dead letters after max-delivery-attempts. A message leaves its queue for an
+// expiry or dead letter address in one storage batch that removes its entry and stores the copy,
+// so it is never lost and never in both places. Entries that are held (in flight, in a transaction
+// branch, waiting out a delay) are left alone; the rules apply once they return to the queue.
+#include <spdlog/spdlog.h>
+
+#include "core.h"
+#include "core_timers.h"
+#include "escrow/storage/coding.h"
+#include "escrow/storage/schema.h"
+#include "escrow/storage/store.h"
+
+namespace escrow::broker {
+namespace {
+
+// The headers a moved message carries about where it came from and why; older copies of them
+// (a message moved twice) are replaced.
+bool is_move_header(std::string_view name) { return name.rfind("_HQ_", 0) == 0; }
+
+// An address setting names a queue ("DLQ"), or a destination ("/queue/DLQ", "/topic/audit").
+std::string destination_of(const std::string& address) {
+  if (address.rfind("/queue/", 0) == 0 || address.rfind("/topic/", 0) == 0) return address;
+  return "/queue/" + address;
+}
+
+}  // namespace
+
+const address_settings& broker::impl::settings_for(const std::string& address) {
+  auto it = settings_cache.find(address);
+  if (it == settings_cache.end()) it = settings_cache.emplace(address, resolve_settings(config.address_settings, address)).first;
+  return it->second;
+}
+
+bool broker::impl::dead_letter_due(const queue_ptr& q, const queue_entry& e) {
+  std::int64_t max = settings_for(q->address()).max_delivery_attempts;
+  return max != -1 && e.delivery_count >= static_cast<std::uint64_t>(max);
+}
+
+void broker::impl::plan_move(const queue_ptr& q, queue_entry e, move_reason reason, storage::batch& b,
+                             std::vector<move_plan>& plans) {
+  const address_settings& s = settings_for(q->address());
+  bool expiry = reason == move_reason::expired;
+  const std::string& address = expiry ? s.expiry_address : s.dead_letter_address;
+  std::string destination = address.empty() ? std::string() : destination_of(address);
+  std::vector<queue_ptr> targets;
+  if (!destination.empty() && !resolve_destination(destination, b, targets))
+    spdlog::error("address settings of '{}': {} '{}' is not a valid destination", q->address(),
+                  expiry ? "expiry-address" : "dead-letter-address", address);
+
+  if (e.stored) storage::erase_entry(b, e.key);
+  const message& m = *e.msg;
+  const char* why = expiry ? "expired" : "reached max-delivery-attempts";
+  move_plan plan{reason, q, std::move(e), {}};
+  if (targets.empty()) {
+    ++(expiry ? undelivered.expired_dropped : undelivered.dead_letters_dropped);
+    spdlog::warn("queue {}: message {} {}; dropped, as {} (set {} in the address settings to keep such messages)",
+                 q->name(), m.id, why,
+                 destination.empty() ? "no address is configured" : "nothing listens to " + destination,
+                 expiry ? "expiry-address" : "dead-letter-address");
+    plans.push_back(std::move(plan));
+    return;
+  }
+  ++(expiry ? undelivered.expired : undelivered.dead_lettered);
+
+  auto copy = std::make_shared<message>();
+  copy->id = next_message_id++;
+  storage::message_record& r = copy->record;
+  r.persistent = m.record.persistent;
+  r.priority = m.record.priority;
+  r.timestamp = m.record.timestamp;
+  r.destination = destination;
+  r.body = m.record.body;
+  for (const auto& h : m.record.headers)
+    if (!is_move_header(h.first)) r.headers.push_back(h);
+  r.headers.emplace_back("_HQ_ORIG_ADDRESS", m.record.destination);
+  r.headers.emplace_back("_HQ_ORIG_QUEUE", q->name());
+  r.headers.emplace_back("_HQ_ORIG_MESSAGE_ID", std::to_string(m.id));
+  r.headers.emplace_back("_HQ_REASON", expiry ? "expired" : "max-delivery-attempts");
+  if (expiry) {
+    r.headers.emplace_back("_HQ_ACTUAL_EXPIRY", std::to_string(now_ms()));
+  } else {
+    r.headers.emplace_back("_HQ_ORIG_DELIVERY_COUNT", std::to_string(plan.old.delivery_count));
+  }
+  // r.expires stays 0: a message in an expiry or dead letter address does not expire again.
+
+  std::vector<storage::entry_key> stored;
+  for (auto& t : targets) {
+    storage::entry_key key{t->id(), r.priority, copy->id};
+    bool keep = r.persistent && t->durable();
+    if (keep) {
+      t->hold(key);
+      stored.push_back(key);
+    }
+    plan.to.emplace_back(t, queue_entry{key, 0, keep, copy});
+  }
+  if (!stored.empty()) {
+    storage::put_message(b, copy->id, r, stored);
+    std::string next;
+    storage::put_u64(next, next_message_id);
+    b.put(storage::table::meta, storage::kNextMessageIdKey, next);
+  }
+  plans.push_back(std::move(plan));
+}
+
+void broker::impl::submit_moves(storage::batch b, std::vector<move_plan> plans) {
+  if (plans.empty() && b.empty()) return;
+  auto finish = [this, plans = std::move(plans)](bool stored) mutable {
+    std::vector<queue_ptr> touched;
+    for (auto& p : plans) {
+      p.from->release_hold(p.old.key);
+      if (stored) {
+        if (p.to.empty()) continue;  // dropped (logged when planned)
+        const message& copy = *p.to.front().second.msg;
+        spdlog::info("queue {}: message {} {}; moved to {} as message {}", p.from->name(), p.old.key.message_id,
+                     p.reason == move_reason::expired ? "expired" : "reached max-delivery-attempts",
+                     copy.record.destination, copy.id);
+        publish(p.to);
+        continue;
+      }
+      // The store refused: the message stays where it was, as it still is in storage.
+      for (auto& [t, e] : p.to)
+        if (e.stored) t->release_hold(e.key);
+      p.from->push(std::move(p.old));
+      touched.push_back(p.from);
+    }
+    for (auto& q : touched) dispatch(q);
+  };
+  if (b.empty()) return finish(true);
+  submit(std::move(b), [finish = std::move(finish)](const storage::status& s) mutable {
+    if (!s.ok()) spdlog::error("moving expired or dead-lettered messages: {}; they stay in their queues", s.message());
+    finish(s.ok());
+  });
+}
+
+void broker::impl::offer_again(const queue_ptr& q, queue_entry e) {
+  if (dead_letter_due(q, e) && load_message(e)) {
+    storage::batch b;
+    std::vector<move_plan> plans;
+    plan_move(q, std::move(e), move_reason::max_delivery_attempts, b, plans);
+    return submit_moves(std::move(b), std::move(plans));
+  }
+  const address_settings& s = settings_for(q->address());
+  double spread = 0.0;
+  if (s.collision_avoidance_factor > 0) spread = std::uniform_real_distribution<double>(-1.0, 1.0)(random);
+  if (std::uint64_t delay = s.redelivery_delay_for(e.delivery_count, spread); delay > 0)
+    return delay_redelivery(q, std::move(e), delay);
+  q->release_hold(e.key);
+  q->push(std::move(e));
+}
+
+void broker::impl::delay_redelivery(const queue_ptr& q, queue_entry e, std::uint64_t delay_ms) {
+  auto due = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms);
+  bool earliest = delayed.empty() || due < delayed.begin()->first;
+  delayed.emplace(due, std::pair{q, std::move(e)});  // stays held in q meanwhile
+  if (earliest) arm_redelivery();
+}
+
+void broker::impl::arm_redelivery() {
+  timers->redelivery.expires_at(delayed.begin()->first);
+  timers->redelivery.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;  // re-armed for an earlier one, or shutting down
+    redeliver_due();
+    flush();
+  });
+}
+
+void broker::impl::redeliver_due() {
+  auto now = std::chrono::steady_clock::now();
+  std::vector<queue_ptr> touched;
+  while (!delayed.empty() && delayed.begin()->first <= now) {
+    auto node = delayed.extract(delayed.begin());
+    auto& [q, e] = node.mapped();
+    q->release_hold(e.key);
+    q->push(std::move(e));
+    touched.push_back(q);
+  }
+  if (!delayed.empty()) arm_redelivery();
+  for (auto& q : touched) dispatch(q);
+}
+
+void broker::impl::schedule_reaper() {
+  if (config.message_expiry_scan_period_ms < 0) return;
+  timers->reaper.expires_after(std::chrono::milliseconds(config.message_expiry_scan_period_ms));
+  timers->reaper.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    reap();
+    flush();
+    schedule_reaper();
+  });
+}
+
+void broker::impl::reap(std::string from) {
+  // A turn handles at most this many index records, so that the core strand stays responsive; the
+  // rest of the pass continues in the next turn.
+  constexpr std::size_t kPerTurn = 4096;
+  std::uint64_t now = now_ms();
+  std::vector<std::string> due;
+  std::string next;
+  storage::status s = store.scan(storage::table::expiries, from, {}, [&](std::string_view k, std::string_view) {
+    std::uint64_t expires = 0;
+    storage::entry_key key;
+    if (storage::parse_expiry_key(k, expires, key) && expires > now) return false;
+    if (due.size() == kPerTurn) {
+      next = k;
+      return false;
+    }
+    due.emplace_back(k);
+    return true;
+  });
+  if (!s.ok()) spdlog::error("expiry reaper: cannot read the expiry index: {}", s.message());
+
+  storage::batch b;
+  std::vector<move_plan> plans;
+  for (const auto& k : due) {
+    std::uint64_t expires = 0;
+    storage::entry_key key;
+    queue_ptr q = storage::parse_expiry_key(k, expires, key) ? find_by_id(key.queue_id) : nullptr;
+    if (!q) {
+      b.erase(storage::table::expiries, k);  // a record without a queue: nothing to expire
+      continue;
+    }
+    std::optional<queue_entry> e = q->take(key);
+    if (!e) continue;  // held: in flight, in a branch or delayed; expired when it comes back
+    if (!load_message(*e)) {
+      q->release_hold(key);
+      b.erase(storage::table::expiries, k);
+      continue;
+    }
+    plan_move(q, std::move(*e), move_reason::expired, b, plans);
+  }
+  if (from.empty()) {
+    for (auto& [id, q] : queues_by_id)
+      for (auto& e : q->take_expired_in_memory(now)) plan_move(q, std::move(e), move_reason::expired, b, plans);
+  }
+  if (!plans.empty()) spdlog::debug("expiry reaper: {} messages expired", plans.size());
+  submit_moves(std::move(b), std::move(plans));
+  if (!next.empty()) post([this, next] {
+    reap(next);
+    flush();
+  });
+}
+
+void broker::impl::create_undelivered_queues(storage::batch& b) {
+  for (const auto& e : config.address_settings) {
+    for (const auto* address : {&e.expiry_address, &e.dead_letter_address}) {
+      if (!*address || address->value().empty()) continue;
+      std::string destination = destination_of(**address);
+      if (destination.rfind("/queue/", 0) == 0 && destination.size() > 7) find_or_create_queue(destination.substr(7), b);
+    }
+  }
+}
+
+}  // namespace escrow::broker
