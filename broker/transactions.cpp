@@ -7,6 +7,7 @@
 #include <charconv>
 
 #include "core.h"
+#include "escrow/storage/coding.h"
 #include "escrow/storage/schema.h"
 #include "escrow/xa.h"
 
@@ -91,6 +92,13 @@ void broker::impl::carry_out(rm::resource_manager::reply r, std::function<void(i
   bool rolls_back = r.act == rm::action::roll_back || r.act == rm::action::heuristic_rollback ||
                     r.act == rm::action::time_out;
   if (r.write.empty() && !r.target) return done(r.code);
+  // A committed send stores its message under an id the broker handed out: the id counter goes
+  // with it, or a restart would hand the id out again and a new entry would overwrite this one.
+  if (commits && !r.work.sends.empty() && !r.write.empty()) {
+    std::string next;
+    storage::put_u64(next, next_message_id);
+    r.write.put(storage::table::meta, storage::kNextMessageIdKey, next);
+  }
   // Entries a commit writes are held until its completion pushes them, so that a refill reading
   // LMDB meanwhile cannot hand them out first.
   std::vector<std::pair<queue_ptr, storage::entry_key>> holds;

@@ -4,7 +4,7 @@ until COMMIT releases them or ABORT (or the connection going away) rolls them ba
 
 import pytest
 
-from conftest import TIMEOUT, drain, unique
+from conftest import TIMEOUT, drain, new_xid, unique, xa
 
 
 def queue():
@@ -63,6 +63,40 @@ def test_committed_sends_survive_sigkill(broker, stomp_client):
     p2 = stomp_client(broker)
     before, _ = drain(c, q, p2)
     assert bodies(before) == ["m0", "m1", "m2"]
+
+
+@pytest.mark.parametrize("how", ["local", "xa-one-phase", "xa-two-phase"])
+def test_committed_sends_are_not_overwritten_by_sends_after_a_restart(broker, stomp_client, how):
+    # Regression: a committed transaction did not store the message id counter, so after a
+    # restart the broker handed the same ids out again and new messages overwrote committed ones.
+    q = queue()
+    p = stomp_client(broker)
+    if how == "local":
+        p.begin("t")
+        for i in range(3):
+            p.send(q, f"a{i}", headers={"transaction": "t"})
+        p.commit("t")
+    else:
+        x = new_xid()
+        assert xa(p, "START", x).result == "XA_OK"
+        for i in range(3):
+            p.send(q, f"a{i}")
+        assert xa(p, "END", x, "TMSUCCESS").result == "XA_OK"
+        if how == "xa-two-phase":
+            assert xa(p, "PREPARE", x).result == "XA_OK"
+            assert xa(p, "COMMIT", x).result == "XA_OK"
+        else:
+            assert xa(p, "COMMIT", x, "TMONEPHASE").result == "XA_OK"
+    p.close()
+    broker.kill9()
+    broker.start()
+    p = stomp_client(broker)
+    p.send(q, "b0")
+    c = stomp_client(broker)
+    sub = c.subscribe(q)
+    got = c.wait_messages(4, subscription=sub)
+    assert sorted(bodies(got)) == ["a0", "a1", "a2", "b0"]
+    assert len({m.headers["message-id"] for m in got}) == 4
 
 
 def test_transactional_send_to_topic_reaches_subscribers_at_commit(broker, stomp_client):
