@@ -72,6 +72,7 @@ enum class move_reason { expired, max_delivery_attempts };
 // batch that moves it is durable, `to` is published; if the store refuses, `old` goes back.
 struct move_plan {
   move_reason reason;
+  bool by_reaper;  // logged per message only at debug level (the reaper logs each pass)
   queue_ptr from;
   queue_entry old;
   std::vector<std::pair<queue_ptr, queue_entry>> to;
@@ -114,6 +115,8 @@ struct broker::impl {
   // Returned messages waiting out their redelivery delay (held in their queue meanwhile).
   std::multimap<std::chrono::steady_clock::time_point, std::pair<queue_ptr, queue_entry>> delayed;
   std::unordered_map<std::string, address_settings> settings_cache;  // by address
+  std::uint64_t reap_started_ms = 0;  // the reaper pass under way: when it began, what it moved
+  std::size_t reap_moved = 0;
 
   // Runs a function on the core strand; set up by broker.cpp, which owns the Asio strand.
   std::function<void(std::function<void()>)> post;
@@ -198,7 +201,7 @@ struct broker::impl {
   bool dead_letter_due(const queue_ptr& q, const queue_entry& e);
   // Adds to `b` the move of held entry `e` (message loaded) out of `q` for `reason`, and its plan.
   void plan_move(const queue_ptr& q, queue_entry e, move_reason reason, storage::batch& b,
-                 std::vector<move_plan>& plans);
+                 std::vector<move_plan>& plans, bool by_reaper = false);
   // Submits `b` and carries out `plans` once it is durable (or undoes them if refused).
   void submit_moves(storage::batch b, std::vector<move_plan> plans);
   // One pass of the expiry reaper from index key `from`; continues in a later turn if cut short.

@@ -39,7 +39,7 @@ bool broker::impl::dead_letter_due(const queue_ptr& q, const queue_entry& e) {
 }
 
 void broker::impl::plan_move(const queue_ptr& q, queue_entry e, move_reason reason, storage::batch& b,
-                             std::vector<move_plan>& plans) {
+                             std::vector<move_plan>& plans, bool by_reaper) {
   const address_settings& s = settings_for(q->address());
   bool expiry = reason == move_reason::expired;
   const std::string& address = expiry ? s.expiry_address : s.dead_letter_address;
@@ -52,7 +52,7 @@ void broker::impl::plan_move(const queue_ptr& q, queue_entry e, move_reason reas
   if (e.stored) storage::erase_entry(b, e.key);
   const message& m = *e.msg;
   const char* why = expiry ? "expired" : "reached max-delivery-attempts";
-  move_plan plan{reason, q, std::move(e), {}};
+  move_plan plan{reason, by_reaper, q, std::move(e), {}};
   if (targets.empty()) {
     ++(expiry ? undelivered.expired_dropped : undelivered.dead_letters_dropped);
     spdlog::warn("queue {}: message {} {}; dropped, as {} (set {} in the address settings to keep such messages)",
@@ -113,7 +113,8 @@ void broker::impl::submit_moves(storage::batch b, std::vector<move_plan> plans) 
       if (stored) {
         if (p.to.empty()) continue;  // dropped (logged when planned)
         const message& copy = *p.to.front().second.msg;
-        spdlog::info("queue {}: message {} {}; moved to {} as message {}", p.from->name(), p.old.key.message_id,
+        spdlog::log(p.by_reaper ? spdlog::level::debug : spdlog::level::info,
+                    "queue {}: message {} {}; moved to {} as message {}", p.from->name(), p.old.key.message_id,
                      p.reason == move_reason::expired ? "expired" : "reached max-delivery-attempts",
                      copy.record.destination, copy.id);
         publish(p.to);
@@ -127,7 +128,12 @@ void broker::impl::submit_moves(storage::batch b, std::vector<move_plan> plans) 
     }
     for (auto& q : touched) dispatch(q);
   };
-  if (b.empty()) return finish(true);
+  // Never run it in the caller's turn: the caller may be iterating the consumers or deliveries
+  // that publishing would change.
+  if (b.empty()) return post([this, finish = std::move(finish)]() mutable {
+    finish(true);
+    flush();
+  });
   submit(std::move(b), [finish = std::move(finish)](const storage::status& s) mutable {
     if (!s.ok()) spdlog::error("moving expired or dead-lettered messages: {}; they stay in their queues", s.message());
     finish(s.ok());
@@ -194,8 +200,12 @@ void broker::impl::schedule_reaper() {
 void broker::impl::reap(std::string from) {
   // A turn handles at most this many index records, so that the core strand stays responsive; the
   // rest of the pass continues in the next turn.
-  constexpr std::size_t kPerTurn = 4096;
+  constexpr std::size_t kPerTurn = 256;
   std::uint64_t now = now_ms();
+  if (from.empty()) {
+    reap_started_ms = now;
+    reap_moved = 0;
+  }
   std::vector<std::string> due;
   std::string next;
   storage::status s = store.scan(storage::table::expiries, from, {}, [&](std::string_view k, std::string_view) {
@@ -228,18 +238,29 @@ void broker::impl::reap(std::string from) {
       b.erase(storage::table::expiries, k);
       continue;
     }
-    plan_move(q, std::move(*e), move_reason::expired, b, plans);
+    plan_move(q, std::move(*e), move_reason::expired, b, plans, true);
   }
   if (from.empty()) {
-    for (auto& [id, q] : queues_by_id)
-      for (auto& e : q->take_expired_in_memory(now)) plan_move(q, std::move(e), move_reason::expired, b, plans);
+    // A move may create its target queue: iterate over a copy of the queue list.
+    std::vector<queue_ptr> all;
+    all.reserve(queues_by_id.size());
+    for (auto& [id, q] : queues_by_id) all.push_back(q);
+    for (auto& q : all)
+      for (auto& e : q->take_expired_in_memory(now)) plan_move(q, std::move(e), move_reason::expired, b, plans, true);
   }
-  if (!plans.empty()) spdlog::debug("expiry reaper: {} messages expired", plans.size());
+  reap_moved += plans.size();
   submit_moves(std::move(b), std::move(plans));
-  if (!next.empty()) post([this, next] {
-    reap(next);
-    flush();
-  });
+  if (!next.empty()) {
+    return post([this, next] {
+      reap(next);
+      flush();
+    });
+  }
+  if (reap_moved > 0) {
+    std::uint64_t end = now_ms();
+    spdlog::info("expiry reaper: {} messages expired in a pass of {} ms (epoch ms {} to {})", reap_moved,
+                 end - reap_started_ms, reap_started_ms, end);
+  }
 }
 
 void broker::impl::create_undelivered_queues(storage::batch& b) {

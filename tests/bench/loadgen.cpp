@@ -12,6 +12,10 @@
 //          durable point that group commit amortises.
 //   probe  connects until the broker answers CONNECTED (used to time a restart).
 //
+// For the expiry benchmark, fill can make every Nth message expire at a given time
+// (--expire-every, --expires-at; their bodies are not numbered, so a drain of the others sees no
+// gaps), and drain can print its progress every few milliseconds (--timeline-ms).
+//
 // One TCP connection per producer and per consumer, one std::thread each, plain blocking POSIX
 // sockets; every thread owns its socket and its frame_parser. Times are taken with steady_clock.
 // The last line that starts with "RESULT " is machine-readable (key=value pairs).
@@ -60,6 +64,9 @@ struct options {
   std::string dir = ".";
   double seconds = 3;
   double timeout = 30;  // seconds without progress before giving up
+  std::uint64_t expire_every = 0;  // fill/run: every Nth message expires at expires_at (0: none)
+  std::uint64_t expires_at = 0;    // epoch ms
+  std::uint64_t timeline_ms = 0;   // drain: print "TIMELINE epoch_ms received" this often (0: no)
 };
 
 void usage(const char* argv0) {
@@ -81,7 +88,9 @@ void usage(const char* argv0) {
                "  --queue NAME   destination /queue/NAME (bench)\n"
                "  --timeout S    seconds without progress before giving up (30)\n"
                "  --dir D        fsync mode: directory of the test file (.)\n"
-               "  --seconds S    fsync mode: duration (3)\n",
+               "  --seconds S    fsync mode: duration (3)\n"
+               "  --expire-every N --expires-at MS   every Nth message sent expires at epoch ms MS\n"
+               "  --timeline-ms T  drain mode: print TIMELINE <epoch ms> <received> every T ms\n",
                argv0);
 }
 
@@ -122,6 +131,12 @@ option_value set_option(options& o, std::string_view name, const std::string& va
     ok = parse_seconds(value, o.seconds);
   } else if (name == "--timeout") {
     ok = parse_seconds(value, o.timeout);
+  } else if (name == "--expire-every") {
+    ok = parse_number(value, o.expire_every);
+  } else if (name == "--expires-at") {
+    ok = parse_number(value, o.expires_at);
+  } else if (name == "--timeline-ms") {
+    ok = parse_number(value, o.timeline_ms);
   } else {
     return option_value::unknown;
   }
@@ -226,12 +241,15 @@ void run_producer(const options& o, int index, shared_state& st, producer_result
   };
 
   bool ok = true;
+  std::uint64_t numbered = 0;  // bodies of messages that do not expire are numbered without gaps
   for (std::uint64_t seq = 0; seq < o.count && ok; ++seq) {
     while (o.window > 0 && outstanding >= o.window && ok) ok = wait_one();
     if (!ok) break;
     escrow::frame f;
     f.command = "SEND";
-    std::string prefix = "p" + std::to_string(index) + "-" + std::to_string(seq) + "|";
+    bool expiring = o.expire_every > 0 && seq % o.expire_every == o.expire_every - 1;
+    std::string prefix = expiring ? "x|" : "p" + std::to_string(index) + "-" + std::to_string(numbered++) + "|";
+    if (expiring) f.add("expires", std::to_string(o.expires_at));
     f.body = prefix;
     if (prefix.size() < o.body_size) f.body.append(padding, 0, o.body_size - prefix.size());
     f.add("destination", destination);
@@ -457,10 +475,17 @@ void wait_consumers(const options& o, shared_state& st, std::uint64_t expected, 
   std::uint64_t last_count = st.received.load();
   auto last_progress = clock_type::now();
   auto timeout = to_duration(o.timeout);
+  auto next_timeline = clock_type::now();
   while (!st.stop.load()) {
-    std::this_thread::sleep_for(5ms);
+    std::this_thread::sleep_for(o.timeline_ms > 0 ? 1ms : 5ms);
     std::uint64_t n = st.received.load();
     auto now = clock_type::now();
+    if (o.timeline_ms > 0 && now >= next_timeline) {
+      auto epoch_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::system_clock::now().time_since_epoch()).count();
+      std::printf("TIMELINE %lld %llu\n", static_cast<long long>(epoch_ms), static_cast<unsigned long long>(n));
+      next_timeline = now + std::chrono::milliseconds(o.timeline_ms);
+    }
     if (n != last_count) {
       last_count = n;
       last_progress = now;

@@ -431,11 +431,13 @@ def test_expired_and_dead_lettered_messages_survive_a_restart(broker_factory, st
     nack_until(c, sub, 1)
     # Wait until both moves are done (the reaper; the NACK), without consuming them.
     deadline = time.monotonic() + TIMEOUT
-    while not ("moved to /queue/ExpiryQueue" in b.log and "moved to /queue/DLQ" in b.log):
+    while not ("expiry reaper: 1 messages expired" in b.log and "moved to /queue/DLQ" in b.log):
         assert time.monotonic() < deadline, b.log
         time.sleep(0.05)
+    # Batches complete in order: once this receipt is here, the moves submitted before are durable.
+    c.send(f"/queue/{unique('barrier')}", "barrier")
     c.close()
-    b.kill9()  # a move is logged once its batch is durable
+    b.kill9()
     b.start()
     d = stomp_client(b)
     assert [m.body for m in consume_all(d, "/queue/ExpiryQueue", 1)] == ["expired-one"]
