@@ -1,0 +1,37 @@
+// The byte stream under a client connection: the seam between the STOMP session and the network.
+// Plain TCP is the only implementation today (tcp_transport.cpp); TLS will be a second one behind
+// this same interface, chosen by connect_options, so nothing above it changes.
+//
+// Thread safety: one reader thread calls read_some(); writers serialise write_all() among
+// themselves; shutdown() may be called from any thread at any time, also while the others block.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace escrow::client::detail {
+
+class transport {
+ public:
+  virtual ~transport() = default;
+  // Blocks until some bytes arrive. Returns their number (> 0), 0 at the end of the stream, or -1
+  // with *error set (also after shutdown()).
+  virtual long read_some(char* buffer, std::size_t size, std::string* error) = 0;
+  // Writes all of `data`. False with *error set on failure, including a write that makes no
+  // progress for the write timeout (the broker is not reading).
+  virtual bool write_all(std::string_view data, std::string* error) = 0;
+  // Wakes a blocked read_some() and makes every later call fail. Idempotent.
+  virtual void shutdown() = 0;
+};
+
+// Connects to host:port over TCP within `timeout`; writes time out after `write_timeout`.
+// nullptr with *error set ("cannot connect to HOST:PORT: reason") on failure.
+std::unique_ptr<transport> connect_tcp(const std::string& host, std::uint16_t port,
+                                       std::chrono::milliseconds timeout,
+                                       std::chrono::milliseconds write_timeout, std::string* error);
+
+}  // namespace escrow::client::detail
