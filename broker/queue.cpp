@@ -98,9 +98,14 @@ void queue::forget_expiring(const queue_entry& e) {
 
 std::optional<queue_entry> queue::take(const storage::entry_key& key) {
   if (held_.count(key)) return std::nullopt;
-  held_.insert(key);
   auto it = ready_.find(key);
-  if (it == ready_.end()) return queue_entry{key, 0, true, nullptr};  // only in storage
+  if (it == ready_.end()) {
+    // Within the window every entry that exists is ready or held: this one is gone (acknowledged).
+    if (in_window(key)) return std::nullopt;
+    held_.insert(key);
+    return queue_entry{key, 0, true, nullptr};  // only in storage
+  }
+  held_.insert(key);
   queue_entry e = std::move(it->second);
   ready_.erase(it);
   if (e.stored) --stored_in_memory_;

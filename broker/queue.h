@@ -61,7 +61,7 @@ class queue {
 
   // Takes one entry out of the queue, wherever it is (in memory, or only in storage: then without
   // its message), and holds it. nullopt when it is held already (in flight, in a transaction
-  // branch, waiting for redelivery or being moved): the caller leaves it alone.
+  // branch, waiting for redelivery or being moved), or gone: the caller leaves it alone.
   std::optional<queue_entry> take(const storage::entry_key& key);
   // Takes out (and holds) the ready entries kept only in memory whose message expired by `now`.
   std::vector<queue_entry> take_expired_in_memory(std::uint64_t now);

@@ -232,7 +232,7 @@ void broker::impl::reap(std::string from) {
       continue;
     }
     std::optional<queue_entry> e = q->take(key);
-    if (!e) continue;  // held: in flight, in a branch or delayed; expired when it comes back
+    if (!e) continue;  // held (in flight, in a branch, delayed: expired when it comes back) or gone
     if (!load_message(*e)) {
       q->release_hold(key);
       b.erase(storage::table::expiries, k);

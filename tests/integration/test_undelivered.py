@@ -286,6 +286,40 @@ def test_collision_avoidance_spreads_the_delay_within_its_factor(broker_factory,
     c.close()
 
 
+def test_default_multiplier_keeps_the_delay_and_default_cap_is_ten_times_it(broker_factory, stomp_client):
+    b = broker_factory(config=settings(DEFAULTS, {"match": "flat", "redelivery-delay": 200},
+                                       {"match": "steep", "redelivery-delay": 100,
+                                        "redelivery-delay-multiplier": 20.0}))
+    c = stomp_client(b)
+    waits, _ = redelivery_waits(c, "/queue/flat", 2)
+    for w in waits:
+        assert 0.18 <= w <= 0.2 + 0.5 * SLOW, f"delay {w:.3f}s, expected 0.2s each time (multiplier 1.0): {waits}"
+    d = stomp_client(b)
+    waits, _ = redelivery_waits(d, "/queue/steep", 2)
+    # 100 ms, then 100 x 20 = 2000 ms capped at the default 10 x 100 = 1000 ms
+    assert 0.09 <= waits[0] <= 0.1 + 0.5 * SLOW, waits
+    assert 0.9 <= waits[1] <= 1.0 + 0.5 * SLOW, waits
+    c.close()
+    d.close()
+
+
+def test_topic_subscriptions_take_the_settings_of_their_topic(broker_factory, stomp_client):
+    b = broker_factory(config=settings(DEFAULTS, {"match": "prices.#", "max-delivery-attempts": 2,
+                                                  "dead-letter-address": "prices.DLQ"}))
+    c = stomp_client(b, headers={"client-id": unique("client")})
+    sub = c.subscribe("/topic/prices.eu", ack="client-individual",
+                      headers={"durable-subscription-name": "watcher"})
+    c.send("/topic/prices.eu", "tick")
+    nack_until(c, sub, 2)
+    d = stomp_client(b)
+    dead = consume_all(d, "/queue/prices.DLQ", 1)[0]
+    assert dead.body == "tick"
+    assert dead.headers["_HQ_ORIG_ADDRESS"] == "/topic/prices.eu"
+    assert dead.headers["_HQ_ORIG_QUEUE"].endswith(".watcher")
+    c.close()
+    d.close()
+
+
 def test_a_delayed_message_does_not_block_its_queue(broker_factory, stomp_client):
     b = broker_factory(config=settings(DEFAULTS, {"match": "nonblocking", "redelivery-delay": 3000}))
     c = stomp_client(b)

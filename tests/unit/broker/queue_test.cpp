@@ -144,3 +144,60 @@ TEST_SUITE("broker/queue") {
     CHECK(ids == std::vector<std::uint64_t>{1, 2, 3, 4, 5});
   }
 }
+
+TEST_SUITE("broker/queue/expiry") {
+  TEST_CASE("take: from memory, from storage beyond the window, never a held or gone entry") {
+    fixture f;
+    f.store_entries({{1, 4}, {2, 4}, {3, 4}, {4, 4}});
+    queue q(1, "q", queue::kind::queue, "", f.store.get(), 2);
+    q.start_unloaded();
+    REQUIRE(q.has_ready());  // loads 1 and 2; 3 and 4 stay in storage
+
+    auto in_memory = q.take(storage::entry_key{1, 4, 2});
+    REQUIRE(in_memory);
+    CHECK(q.is_held(in_memory->key));
+    CHECK_FALSE(q.take(storage::entry_key{1, 4, 2}));  // held now
+
+    auto in_storage = q.take(storage::entry_key{1, 4, 4});
+    REQUIRE(in_storage);
+    CHECK(in_storage->stored);
+    CHECK(in_storage->msg == nullptr);
+
+    auto first = q.pop();
+    REQUIRE(first);
+    CHECK(first->key.message_id == 1);
+    q.release_hold(first->key);  // acknowledged: gone from the queue
+    CHECK_FALSE(q.take(first->key));
+
+    // The taken entries are not handed out by a refill.
+    CHECK(drain(q) == std::vector<std::uint64_t>{3});
+  }
+
+  TEST_CASE("expired entries kept only in memory are taken by expiry time") {
+    fixture f;
+    queue q(1, "q", queue::kind::queue, "", f.store.get(), 10);
+    auto with_expiry = [](std::uint64_t id, std::uint64_t expires) {
+      auto e = memory_entry(id);
+      auto m = std::make_shared<message>();
+      m->id = id;
+      m->record.expires = expires;
+      e.msg = m;
+      return e;
+    };
+    q.push(with_expiry(1, 100));
+    q.push(with_expiry(2, 0));  // never
+    q.push(with_expiry(3, 300));
+    q.push(with_expiry(4, 200));
+    auto taken = q.take_expired_in_memory(250);
+    REQUIRE(taken.size() == 2);
+    CHECK(taken[0].key.message_id == 1);
+    CHECK(taken[1].key.message_id == 4);
+    // A popped (delivered) entry leaves the index: it is not taken later.
+    auto next = q.pop();
+    REQUIRE(next);
+    CHECK(next->key.message_id == 2);
+    auto three = q.pop();
+    REQUIRE(three);
+    CHECK(q.take_expired_in_memory(1000).empty());
+  }
+}
