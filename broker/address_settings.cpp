@@ -18,17 +18,24 @@ std::vector<std::string_view> words(std::string_view s) {
   }
 }
 
-bool match_words(const std::vector<std::string_view>& p, std::size_t i, const std::vector<std::string_view>& a,
-                 std::size_t j) {
-  if (i == p.size()) return j == a.size();
-  if (p[i] == "#") {
-    // Zero or more words: try every split.
-    for (std::size_t k = j; k <= a.size(); ++k)
-      if (match_words(p, i + 1, a, k)) return true;
-    return false;
+// Dynamic programming over (pattern word, address word), so that patterns with several `#` cost
+// O(pattern x address) however the address is built (addresses come from clients).
+bool match_words(const std::vector<std::string_view>& p, const std::vector<std::string_view>& a) {
+  // can[j]: the pattern words seen so far match the first j address words.
+  std::vector<char> can(a.size() + 1, 0), next(a.size() + 1, 0);
+  can[0] = 1;
+  for (std::string_view w : p) {
+    std::fill(next.begin(), next.end(), 0);
+    for (std::size_t j = 0; j <= a.size(); ++j) {
+      if (w == "#") {
+        next[j] = can[j] || (j > 0 && next[j - 1]);  // zero words, or one more word
+      } else if (j > 0 && can[j - 1] && (w == "*" || w == a[j - 1])) {
+        next[j] = 1;
+      }
+    }
+    can.swap(next);
   }
-  if (j == a.size()) return false;
-  return (p[i] == "*" || p[i] == a[j]) && match_words(p, i + 1, a, j + 1);
+  return can[a.size()] != 0;
 }
 
 int rank(std::string_view word) { return word == "#" ? 0 : word == "*" ? 1 : 2; }
@@ -56,7 +63,7 @@ std::string check_pattern(std::string_view pattern) {
 }
 
 bool pattern_matches(std::string_view pattern, std::string_view address) {
-  return match_words(words(pattern), 0, words(address), 0);
+  return match_words(words(pattern), words(address));
 }
 
 bool more_specific(std::string_view a, std::string_view b) {

@@ -233,11 +233,7 @@ void broker::impl::reap(std::string from) {
     }
     std::optional<queue_entry> e = q->take(key);
     if (!e) continue;  // held (in flight, in a branch, delayed: expired when it comes back) or gone
-    if (!load_message(*e)) {
-      q->release_hold(key);
-      b.erase(storage::table::expiries, k);
-      continue;
-    }
+    if (!load_message(*e)) continue;  // unreadable (logged): stays stored and held, never served
     plan_move(q, std::move(*e), move_reason::expired, b, plans, true);
   }
   if (from.empty()) {

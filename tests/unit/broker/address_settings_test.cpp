@@ -119,3 +119,15 @@ TEST_SUITE("broker/address_settings") {
     CHECK(s.redelivery_delay_for(1, -1.0) == 50);
   }
 }
+
+TEST_SUITE("broker/address_settings/cost") {
+  TEST_CASE("many # words against a long address match in polynomial time") {
+    std::string pattern, address;
+    for (int i = 0; i < 40; ++i) pattern += "#.";
+    pattern += "never";
+    for (int i = 0; i < 200; ++i) address += "w.";
+    address += "x";
+    CHECK_FALSE(pattern_matches(pattern, address));  // exponential backtracking would not finish
+    CHECK(pattern_matches(pattern.substr(0, pattern.size() - 5) + "x", address));
+  }
+}
