@@ -142,31 +142,62 @@ void broker::impl::error(connection& c, const std::string& problem, const frame*
 
 storage::status broker::open() {
   auto& m = *impl_;
+  // Every record read here must decode: a corrupted store stops escrowd at start (exit status 1)
+  // with the table and the key, rather than starting on a guess (docs/storage.md).
+  using storage::corrupt_record;
+  using storage::table;
   std::string value;
-  if (storage::status s = m.store.get(storage::table::meta, storage::kNextMessageIdKey, value); s.ok()) {
-    std::string_view v = value;
+  auto read_meta = [&](std::string_view key, std::size_t size) -> storage::status {
+    storage::status s = m.store.get(table::meta, key, value);
+    if (s.which() == storage::status::code::not_found) return {};
+    if (!s.ok()) return s;
+    if (value.size() != size)
+      return corrupt_record(table::meta, key, "a u" + std::to_string(size * 8) + " is " + std::to_string(size) +
+                                                  " bytes, this value is " + std::to_string(value.size()));
+    return {};
+  };
+  value.clear();
+  if (storage::status s = read_meta(storage::kNextMessageIdKey, 8); !s.ok()) return s;
+  if (std::string_view v = value; !v.empty()) {
     std::uint64_t next = 0;
     if (storage::get_u64(v, next)) m.next_message_id = std::max(m.next_message_id, next);
   }
-  if (storage::status s = m.store.get(storage::table::meta, storage::kNextQueueIdKey, value); s.ok()) {
-    std::string_view v = value;
+  value.clear();
+  if (storage::status s = read_meta(storage::kNextQueueIdKey, 4); !s.ok()) return s;
+  if (std::string_view v = value; !v.empty()) {
     std::uint32_t next = 0;
     if (storage::get_u32(v, next)) m.next_queue_id = std::max(m.next_queue_id, next);
   }
   std::string last;
-  if (m.store.last_key(storage::table::messages, last).ok()) {
+  if (m.store.last_key(table::messages, last).ok()) {
     std::uint64_t id = 0;
-    if (storage::parse_message_key(last, id)) m.next_message_id = std::max(m.next_message_id, id + 1);
+    if (!storage::parse_message_key(last, id))
+      return corrupt_record(table::messages, last, "a message key is a u64 message id (8 bytes)");
+    m.next_message_id = std::max(m.next_message_id, id + 1);
   }
   std::size_t loaded = 0;
-  storage::status s = m.store.scan(storage::table::queues, {}, {}, [&](std::string_view k, std::string_view v) {
+  storage::status bad;
+  storage::status s = m.store.scan(table::queues, {}, {}, [&](std::string_view k, std::string_view v) {
     storage::queue_record r;
     if (!storage::queue_record::decode(v, r)) {
-      spdlog::error("queues table: cannot decode the record of '{}'; skipped", k);
-      return true;
+      bad = corrupt_record(table::queues, k, "the queue record (u32 id, u8 kind, topic) does not decode");
+      return false;
     }
     bool is_sub = r.type == storage::queue_record::kind::durable_subscription;
     std::string name(k);
+    // "q/NAME" for a queue, "d/CLIENT-ID \0 NAME" for a durable subscription (docs/storage.md).
+    bool key_fits = name.size() > 2 && name.compare(0, 2, is_sub ? "d/" : "q/") == 0 &&
+                    (!is_sub || name.find('\0', 2) != std::string::npos);
+    if (!key_fits) {
+      bad = corrupt_record(table::queues, k,
+                           is_sub ? "a durable subscription's key is d/CLIENT-ID, NUL, NAME" : "a queue's key is q/NAME");
+      return false;
+    }
+    if (queue_ptr other = m.find_by_id(r.id)) {
+      bad = corrupt_record(table::queues, k, "its queue id " + std::to_string(r.id) + " is also the id of " +
+                                                 storage::printable_key(other->storage_key));
+      return false;
+    }
     std::string display = name.substr(2);
     if (is_sub) {
       auto nul = display.find('\0');
@@ -184,6 +215,7 @@ storage::status broker::open() {
     return true;
   });
   if (!s.ok()) return s;
+  if (!bad.ok()) return bad;
 
   // Prepared and heuristically completed branches come back before any consumer: the entries they
   // consumed stay held (never delivered), their sends stay invisible until the manager decides.

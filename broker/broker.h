@@ -32,6 +32,9 @@ struct connect_info {
   std::string login;
   std::uint64_t heartbeat_send_ms = 0;     // negotiated: server to client
   std::uint64_t heartbeat_receive_ms = 0;  // negotiated: client to server
+  // TLS with client certificates: the verified certificate's subject (RFC 2253), "" otherwise.
+  // Not used yet; mapping a subject to a user comes with users and permissions.
+  std::string peer_certificate_subject;
 };
 
 class broker {

@@ -1,6 +1,7 @@
 // Reading the TOML configuration with toml++. Unknown keys and wrong types stop the broker at
 // start with the file, line and key, rather than running with a setting the user did not get.
 #include "config.h"
+#include "config_tls.h"
 
 #include <fmt/format.h>
 
@@ -50,10 +51,13 @@ std::string where(const std::string& path, const toml::node& node, const std::st
 // Applies one key; returns an error or "".
 using setter = std::function<std::string(const toml::node&)>;
 
+// Integers are read with value_exact: value<std::int64_t>() converts a float first, and for one out
+// of range (5e99) that conversion is undefined behaviour inside toml++ (found by
+// tests/fuzz/fuzz_config).
 template <typename T>
 setter unsigned_field(T& field, std::uint64_t min = 0) {
   return [&field, min](const toml::node& n) -> std::string {
-    auto v = n.value<std::int64_t>();
+    auto v = n.value_exact<std::int64_t>();
     if (!n.is_integer() || !v) return "must be an integer";
     if (*v < 0 || static_cast<std::uint64_t>(*v) < min) return fmt::format("must be at least {}", min);
     field = static_cast<T>(*v);
@@ -79,7 +83,7 @@ setter bool_field(bool& field) {
 
 setter scan_period_field(std::int64_t& field) {
   return [&field](const toml::node& n) -> std::string {
-    auto v = n.value<std::int64_t>();
+    auto v = n.value_exact<std::int64_t>();
     if (!n.is_integer() || !v || (*v < 1 && *v != -1))
       return "must be a period in milliseconds (at least 1), or -1 to turn the reaper off";
     field = *v;
@@ -98,7 +102,7 @@ std::map<std::string, setter> address_setting_keys(address_setting_entry& e) {
   };
   auto non_negative = [](auto& field) -> setter {
     return [&field](const toml::node& n) -> std::string {
-      auto v = n.value<std::int64_t>();
+      auto v = n.value_exact<std::int64_t>();
       if (!n.is_integer() || !v) return "must be an integer";
       if (*v < 0) return "must not be negative";
       field = static_cast<std::uint64_t>(*v);
@@ -109,7 +113,7 @@ std::map<std::string, setter> address_setting_keys(address_setting_entry& e) {
     return [&field, min, max, rule](const toml::node& n) -> std::string {
       auto v = n.value<double>();  // an integer is accepted as a number too
       if (!(n.is_floating_point() || n.is_integer()) || !v) return std::string("must be a number ") + rule;
-      if (*v < min || *v > max) return std::string("must be ") + rule;
+      if (!(*v >= min && *v <= max)) return std::string("must be ") + rule;  // NaN too
       field = *v;
       return "";
     };
@@ -125,7 +129,7 @@ std::map<std::string, setter> address_setting_keys(address_setting_entry& e) {
       {"expiry-address", address(e.expiry_address)},
       {"dead-letter-address", address(e.dead_letter_address)},
       {"expiry-delay", [&e](const toml::node& n) -> std::string {
-         auto v = n.value<std::int64_t>();
+         auto v = n.value_exact<std::int64_t>();
          if (!n.is_integer() || !v || (*v < 0 && *v != -1))
            return "must be milliseconds (0 or more), or -1 for no default time to live";
          e.expiry_delay_ms = *v;
@@ -137,7 +141,7 @@ std::map<std::string, setter> address_setting_keys(address_setting_entry& e) {
       {"redelivery-collision-avoidance-factor",
        real(e.collision_avoidance_factor, 0.0, 1.0, "from 0.0 to 1.0")},
       {"max-delivery-attempts", [&e](const toml::node& n) -> std::string {
-         auto v = n.value<std::int64_t>();
+         auto v = n.value_exact<std::int64_t>();
          if (!n.is_integer() || !v || (*v < 1 && *v != -1))
            return "must be a count of at least 1, or -1 to never dead-letter";
          e.max_delivery_attempts = *v;
@@ -175,6 +179,9 @@ std::string load_address_settings(const std::string& path, const toml::node& nod
   return "";
 }
 
+// Applies a parsed file over `config`; `path` names it in errors.
+std::string apply_config(const toml::table& root, const std::string& path, broker_config& config);
+
 }  // namespace
 
 std::string load_config_file(const std::string& path, broker_config& config) {
@@ -184,7 +191,22 @@ std::string load_config_file(const std::string& path, broker_config& config) {
   } catch (const toml::parse_error& e) {
     return fmt::format("{}:{}: {}", path, e.source().begin.line, e.description());
   }
+  return apply_config(root, path, config);
+}
 
+std::string load_config_text(std::string_view text, const std::string& name, broker_config& config) {
+  toml::table root;
+  try {
+    root = toml::parse(text, name);
+  } catch (const toml::parse_error& e) {
+    return fmt::format("{}:{}: {}", name, e.source().begin.line, e.description());
+  }
+  return apply_config(root, name, config);
+}
+
+namespace {
+
+std::string apply_config(const toml::table& root, const std::string& path, broker_config& config) {
   std::map<std::string, setter> top{
       {"data-dir", string_field(config.data_dir)},
       {"log-level", string_field(config.log_level)},
@@ -193,14 +215,19 @@ std::string load_config_file(const std::string& path, broker_config& config) {
          std::string err = load_address_settings(path, n, config.address_settings);
          return err.empty() ? "" : "\n" + err;  // already names the file and line
        }},
+      {"tls-listener", [&config, &path](const toml::node& n) -> std::string {
+         std::string err = load_tls_listeners(path, n, config.tls_listeners);
+         return err.empty() ? "" : "\n" + err;  // already names the file and line
+       }},
       {"listen", [&config](const toml::node& n) -> std::string {
          const toml::array* list = n.as_array();
-         if (!list || list->empty()) return "must be a non-empty array of \"HOST:PORT\" strings";
+         // Empty: no plain listener (a broker that only speaks TLS).
+         if (!list) return "must be an array of \"HOST:PORT\" strings";
          std::vector<listen_address> out;
          for (const auto& item : *list) {
            auto s = item.value<std::string>();
            auto a = s ? parse_listen_address(*s) : std::nullopt;
-           if (!a) return "must be a non-empty array of \"HOST:PORT\" strings";
+           if (!a) return "must be an array of \"HOST:PORT\" strings";
            out.push_back(*a);
          }
          config.listen = std::move(out);
@@ -249,5 +276,7 @@ std::string load_config_file(const std::string& path, broker_config& config) {
   }
   return "";
 }
+
+}  // namespace
 
 }  // namespace escrow::broker

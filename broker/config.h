@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "address_settings.h"
@@ -16,6 +18,21 @@ namespace escrow::broker {
 struct listen_address {
   std::string host;
   std::uint16_t port = 0;  // 0: any free port (the chosen one is logged)
+};
+
+// One [[tls-listener]] table: a listener that speaks STOMP over TLS (docs/security.md). The files
+// are PEM; relative paths are relative to escrowd's working directory.
+struct tls_listener_config {
+  listen_address listen;
+  std::string certificate_chain;  // the server's certificate, then any intermediate CAs
+  std::string private_key;        // its key, unencrypted
+  std::string client_ca;          // CA certificates; set: every client must present one they signed
+  std::string min_version = "1.2";  // "1.2" or "1.3"; TLS 1.3 is preferred whenever the client has it
+  std::string ciphers;            // TLS 1.2 cipher list (OpenSSL syntax); "": kDefaultTls12Ciphers
+  std::string ciphersuites;       // TLS 1.3 cipher suites; "": OpenSSL's default
+  // "FILE:LINE: tls-listener[N].KEY" for each key set ("" for the table itself), so that a file
+  // that fails to load at start is reported where it was configured.
+  std::map<std::string, std::string> where;
 };
 
 // The embedded default: for every address (`#`), dead letters go to DLQ and expired messages to
@@ -54,6 +71,9 @@ struct broker_config {
   std::uint64_t heartbeat_send_ms = 1000;
   std::uint64_t heartbeat_receive_ms = 1000;
   std::uint64_t heartbeat_grace_ms = 1000;  // extra silence tolerated beyond the interval
+
+  // TLS listeners ([[tls-listener]]), next to the plain ones in `listen`; none by default.
+  std::vector<tls_listener_config> tls_listeners;
 };
 
 // Parses "HOST:PORT" (IPv6 as "[::1]:61613"). Returns nullopt when malformed.
@@ -62,5 +82,8 @@ std::optional<listen_address> parse_listen_address(const std::string& text);
 // Reads a TOML file over the defaults already in `config`. Returns an empty string on success,
 // otherwise an error naming the file, the line and the key.
 std::string load_config_file(const std::string& path, broker_config& config);
+// The same for TOML text already in memory; `name` stands for the file in errors (the fuzz target
+// tests/fuzz/fuzz_config.cpp feeds it arbitrary bytes).
+std::string load_config_text(std::string_view text, const std::string& name, broker_config& config);
 
 }  // namespace escrow::broker

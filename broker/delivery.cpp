@@ -14,20 +14,40 @@ namespace escrow::broker {
 
 bool broker::impl::load_message(queue_entry& e) {
   if (e.msg) return true;
-  // A queue message is stored inline in its entry; a topic message once, in `messages`.
+  // A queue message is stored inline in its entry (a value longer than its 4-byte delivery count);
+  // a topic message once, in `messages`. A record that does not decode is never delivered: the
+  // entry stays in the store, held by the caller until escrowd restarts, and the rest of the queue
+  // flows on (docs/storage.md, "A corrupted store").
   std::string value;
   auto m = std::make_shared<message>();
   m->id = e.key.message_id;
-  storage::status s = store.get(storage::table::entries, e.key.encode(), value);
-  if (s.ok() && storage::decode_inline_message(value, m->record)) {
-    e.msg = std::move(m);
-    return true;
-  }
-  s = store.get(storage::table::messages, storage::message_key(e.key.message_id), value);
-  if (!s.ok() || !storage::message_record::decode(value, m->record)) {
-    spdlog::error("queue entry for message {} has no readable message ({}); entry skipped", e.key.message_id,
-                  s.ok() ? "undecodable record" : s.message());
+  const std::string key = e.key.encode();
+  auto refuse = [&](const storage::status& why) {
+    spdlog::error("message {} of queue id {} is not delivered and stays stored: {}", e.key.message_id,
+                  e.key.queue_id, why.message());
     return false;
+  };
+  storage::status s = store.get(storage::table::entries, key, value);
+  if (s.which() == storage::status::code::not_found) {
+    spdlog::warn("message {} of queue id {} is no longer stored; not delivered", e.key.message_id, e.key.queue_id);
+    return false;
+  }
+  if (!s.ok()) return refuse(s);
+  if (value.size() < 4)
+    return refuse(storage::corrupt_record(storage::table::entries, key,
+                                          "an entry starts with a u32 delivery count, this one is " +
+                                              std::to_string(value.size()) + " bytes"));
+  if (value.size() > 4) {
+    if (!storage::decode_inline_message(value, m->record))
+      return refuse(storage::corrupt_record(storage::table::entries, key, "the message stored in it does not decode"));
+  } else {
+    const std::string message_key = storage::message_key(e.key.message_id);
+    s = store.get(storage::table::messages, message_key, value);
+    if (s.which() == storage::status::code::not_found)
+      return refuse(storage::corrupt_record(storage::table::entries, key, "its message is missing from the messages table"));
+    if (!s.ok()) return refuse(s);
+    if (!storage::message_record::decode(value, m->record))
+      return refuse(storage::corrupt_record(storage::table::messages, message_key, "the message record does not decode"));
   }
   e.msg = std::move(m);
   return true;
@@ -97,10 +117,7 @@ void broker::impl::dispatch(const queue_ptr& q) {
     std::optional<queue_entry> popped = q->pop();
     if (!popped) break;
     queue_entry e = std::move(*popped);
-    if (!load_message(e)) {
-      q->release_hold(e.key);
-      continue;
-    }
+    if (!load_message(e)) continue;  // stays held: never handed out again until a restart
     // A message past its expiry is never delivered, whether or not the reaper got to it. One that
     // used up its delivery attempts (its count came back from storage after a crash) is a dead
     // letter.

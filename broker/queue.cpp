@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "escrow/storage/schema.h"
 #include "escrow/storage/store.h"
 
 namespace escrow::broker {
@@ -51,10 +52,27 @@ void queue::refill() {
       stopped_early = true;
       return false;
     }
+    // A record that does not decode is never handed out (docs/storage.md, "A corrupted store"): a
+    // key that is no entry key is passed over, an entry without its delivery count stays held.
     storage::entry_key key;
-    if (!storage::entry_key::decode(k, key)) return true;
+    if (!storage::entry_key::decode(k, key)) {
+      spdlog::error("queue {}: skipped: {}", name_,
+                    storage::corrupt_record(storage::table::entries, k,
+                                            "an entry key is a u32 queue id, u8 9 - priority (0-9), u64 message id")
+                        .message());
+      return true;
+    }
     last = key;
     if (held_.count(key) || ready_.count(key)) return true;
+    if (v.size() < 4) {
+      spdlog::error("queue {}: message {} is not delivered and stays stored: {}", name_, key.message_id,
+                    storage::corrupt_record(storage::table::entries, k,
+                                            "an entry starts with a u32 delivery count, this one is " +
+                                                std::to_string(v.size()) + " bytes")
+                        .message());
+      held_.insert(key);
+      return true;
+    }
     ready_.emplace(key, queue_entry{key, storage::decode_delivery_count(v), true, nullptr});
     ++stored_in_memory_;
     ++taken;

@@ -1,4 +1,5 @@
-// Wiring: store, core, acceptors, sessions, signals and the I/O thread pool.
+// Wiring: TLS contexts, store, core, acceptors (plain and TLS), sessions, signals and the I/O
+// thread pool.
 #include "server.h"
 
 #include <spdlog/spdlog.h>
@@ -18,6 +19,7 @@
 #include "broker.h"
 #include "escrow/storage/store.h"
 #include "session.h"
+#include "tls.h"
 
 namespace escrow::broker {
 
@@ -29,11 +31,11 @@ namespace {
 // The sessions alive, so that shutdown can close them; weak so a closed session can go.
 struct session_registry {
   std::mutex mutex;
-  std::vector<std::weak_ptr<session>> sessions;  // guarded by mutex
+  std::vector<std::weak_ptr<session_base>> sessions;  // guarded by mutex
 
-  void add(const std::shared_ptr<session>& s) {
+  void add(const std::shared_ptr<session_base>& s) {
     std::lock_guard lock(mutex);
-    std::erase_if(sessions, [](const std::weak_ptr<session>& w) { return w.expired(); });
+    std::erase_if(sessions, [](const std::weak_ptr<session_base>& w) { return w.expired(); });
     sessions.push_back(s);
   }
   void stop_all() {
@@ -43,8 +45,9 @@ struct session_registry {
   }
 };
 
+// Accepts connections for one listener; `tls` is its context, nullptr for a plain listener.
 asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, broker& core, const broker_config& config,
-                                  session_registry& registry) {
+                                  session_registry& registry, asio::ssl::context* tls) {
   for (;;) {
     auto [ec, socket] = co_await acceptor.async_accept(asio::make_strand(acceptor.get_executor()),
                                                        asio::as_tuple(asio::use_awaitable));
@@ -53,15 +56,59 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, broker& core, const b
       spdlog::warn("accept failed: {}", ec.message());
       continue;
     }
-    auto s = std::make_shared<session>(std::move(socket), core, config);
-    registry.add(s);
-    s->start();
+    if (tls) {
+      auto s = std::make_shared<tls_session>(tls_stream(std::move(socket), *tls), core, config);
+      registry.add(s);
+      s->start();
+    } else {
+      auto s = std::make_shared<plain_session>(std::move(socket), core, config);
+      registry.add(s);
+      s->start();
+    }
   }
+}
+
+// Binds and listens on `address`; nullptr after logging why not.
+std::unique_ptr<tcp::acceptor> open_acceptor(asio::io_context& io, const listen_address& address) {
+  boost::system::error_code ec;
+  auto ip = asio::ip::make_address(address.host, ec);
+  if (ec) {
+    spdlog::critical("cannot listen on {}:{}: '{}' is not an IP address", address.host, address.port, address.host);
+    return nullptr;
+  }
+  auto acceptor = std::make_unique<tcp::acceptor>(io);
+  tcp::endpoint endpoint(ip, address.port);
+  acceptor->open(endpoint.protocol(), ec);
+  if (!ec) acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor->bind(endpoint, ec);
+  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    spdlog::critical("cannot listen on {}:{}: {}", address.host, address.port, ec.message());
+    return nullptr;
+  }
+  return acceptor;
 }
 
 }  // namespace
 
 int run_server(const broker_config& config) {
+  if (config.listen.empty() && config.tls_listeners.empty()) {
+    spdlog::critical("bad configuration: nothing to listen on (listen is empty and there is no [[tls-listener]])");
+    return 2;
+  }
+  // TLS files are loaded before anything else, so that a wrong path is reported at once. The
+  // contexts outlive the I/O context: sessions still queued in it at the end use them.
+  std::vector<std::unique_ptr<asio::ssl::context>> tls_contexts;
+  for (const auto& listener : config.tls_listeners) {
+    std::string error;
+    auto context = make_server_tls_context(listener, &error);
+    if (!context) {
+      spdlog::critical("bad configuration: {}", error);
+      return 2;
+    }
+    tls_contexts.push_back(std::move(context));
+  }
+
   storage::store_options options;
   options.path = config.data_dir;
   options.map_size = config.map_size;
@@ -104,27 +151,22 @@ int run_server(const broker_config& config) {
     timer->async_wait([&io, timer](const boost::system::error_code&) { io.stop(); });
   });
 
+  // Plain listeners first: their "listening on" lines come first (tests read the first one).
   for (const auto& address : config.listen) {
-    boost::system::error_code ec;
-    auto ip = asio::ip::make_address(address.host, ec);
-    if (ec) {
-      spdlog::critical("cannot listen on {}:{}: '{}' is not an IP address", address.host, address.port, address.host);
-      return 1;
-    }
-    auto acceptor = std::make_unique<tcp::acceptor>(io);
-    tcp::endpoint endpoint(ip, address.port);
-    acceptor->open(endpoint.protocol(), ec);
-    if (!ec) acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor->bind(endpoint, ec);
-    if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) {
-      spdlog::critical("cannot listen on {}:{}: {}", address.host, address.port, ec.message());
-      return 1;
-    }
+    auto acceptor = open_acceptor(io, address);
+    if (!acceptor) return 1;
     auto bound = acceptor->local_endpoint();
     // Tests and scripts read this line to learn the port when 0 was asked for.
     spdlog::info("listening on {}:{}", bound.address().to_string(), bound.port());
-    asio::co_spawn(io, accept_loop(*acceptor, core, config, registry), asio::detached);
+    asio::co_spawn(io, accept_loop(*acceptor, core, config, registry, nullptr), asio::detached);
+    acceptors.push_back(std::move(acceptor));
+  }
+  for (std::size_t i = 0; i < config.tls_listeners.size(); ++i) {
+    auto acceptor = open_acceptor(io, config.tls_listeners[i].listen);
+    if (!acceptor) return 1;
+    auto bound = acceptor->local_endpoint();
+    spdlog::info("listening on {}:{} (tls)", bound.address().to_string(), bound.port());
+    asio::co_spawn(io, accept_loop(*acceptor, core, config, registry, tls_contexts[i].get()), asio::detached);
     acceptors.push_back(std::move(acceptor));
   }
   spdlog::info("escrowd ready, data in {}", config.data_dir);

@@ -1,5 +1,6 @@
 // The network side of a connection (see session.h). All members are touched on the session's
-// strand; pending_bytes_ is the one value the core reads from its own strand.
+// strand; pending_bytes_ is the one value the core reads from its own strand. Written once for any
+// stream; the few places where TLS differs (handshake, how a write is laid out) use if constexpr.
 #include "session.h"
 
 #include <spdlog/spdlog.h>
@@ -18,57 +19,112 @@ namespace asio = boost::asio;
 using asio::use_awaitable;
 constexpr auto kNoThrow = asio::as_tuple(use_awaitable);
 
-session::session(asio::ip::tcp::socket socket, broker& core, const broker_config& config)
-    : socket_(std::move(socket)), core_(core), config_(config), id_(core.new_connection_id()),
-      parser_(config.frames), wake_writer_(socket_.get_executor()), watchdog_timer_(socket_.get_executor()) {
+template <typename Stream>
+basic_session<Stream>::basic_session(Stream stream, broker& core, const broker_config& config)
+    : stream_(std::move(stream)), core_(core), config_(config), id_(core.new_connection_id()),
+      parser_(config.frames), wake_writer_(stream_.get_executor()), watchdog_timer_(stream_.get_executor()),
+      handshake_done_(!kTls) {
   boost::system::error_code ec;
-  auto ep = socket_.remote_endpoint(ec);
+  auto ep = stream_.lowest_layer().remote_endpoint(ec);
   peer_ = ec ? "unknown" : ep.address().to_string() + ":" + std::to_string(ep.port());
-  socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+  stream_.lowest_layer().set_option(asio::ip::tcp::no_delay(true), ec);
 }
 
-void session::start() {
+template <typename Stream>
+void basic_session<Stream>::start() {
+  spdlog::debug("connection {} from {}{}", id_, peer_, kTls ? " (tls)" : "");
+  if constexpr (kTls) {
+    asio::co_spawn(stream_.get_executor(), [self = shared_from_this()]() { return self->handshake(); }, asio::detached);
+  } else {
+    run();
+  }
+}
+
+template <typename Stream>
+void basic_session<Stream>::run() {
   auto self = shared_from_this();
   live_coroutines_ = 3;
-  spdlog::debug("connection {} from {}", id_, peer_);
-  asio::co_spawn(socket_.get_executor(), [self]() { return self->read_loop(); }, asio::detached);
-  asio::co_spawn(socket_.get_executor(), [self]() { return self->write_loop(); }, asio::detached);
-  asio::co_spawn(socket_.get_executor(), [self]() { return self->watchdog(); }, asio::detached);
+  asio::co_spawn(stream_.get_executor(), [self]() { return self->read_loop(); }, asio::detached);
+  asio::co_spawn(stream_.get_executor(), [self]() { return self->write_loop(); }, asio::detached);
+  asio::co_spawn(stream_.get_executor(), [self]() { return self->watchdog(); }, asio::detached);
 }
 
-void session::stop() {
-  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+// The TLS handshake, bounded by connect-timeout-ms: the timer closes the socket, which ends the
+// handshake with an error. Nothing is read or written as STOMP before it succeeds.
+template <typename Stream>
+asio::awaitable<void> basic_session<Stream>::handshake() {
+  if constexpr (kTls) {
+    watchdog_timer_.expires_at(started_ + std::chrono::milliseconds(config_.connect_timeout_ms));
+    watchdog_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec || self->handshake_done_) return;
+      self->handshake_timed_out_ = true;
+      self->close_socket();
+    });
+    auto [ec] = co_await stream_.async_handshake(asio::ssl::stream_base::server, kNoThrow);
+    handshake_done_ = true;
+    watchdog_timer_.cancel();
+    if (ec || closing_) {
+      if (handshake_timed_out_)
+        spdlog::info("connection {} from {}: TLS handshake not finished within {} ms (connect-timeout-ms); closed",
+                     id_, peer_, config_.connect_timeout_ms);
+      else if (!closing_)
+        spdlog::info("connection {} from {}: TLS handshake failed: {}; closed", id_, peer_,
+                     handshake_failure_reason(stream_, ec));
+      close_socket();
+      co_return;
+    }
+    peer_subject_ = peer_certificate_subject(stream_);
+    spdlog::debug("connection {} from {}: TLS handshake done ({}, {}){}", id_, peer_,
+                  SSL_get_version(stream_.native_handle()), SSL_get_cipher_name(stream_.native_handle()),
+                  peer_subject_.empty() ? "" : ", client certificate " + peer_subject_);
+    run();
+  }
+  co_return;
+}
+
+template <typename Stream>
+void basic_session<Stream>::close_socket() {
+  boost::system::error_code ec;
+  stream_.lowest_layer().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+  stream_.lowest_layer().close(ec);
+}
+
+template <typename Stream>
+void basic_session<Stream>::stop() {
+  asio::post(stream_.get_executor(), [self = shared_from_this()] {
     self->closing_ = true;
-    boost::system::error_code ec;
-    self->socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
-    self->socket_.close(ec);
+    self->close_socket();
     self->wake_writer_.cancel();
     self->watchdog_timer_.cancel();
   });
 }
 
-void session::send(std::string bytes) {
+template <typename Stream>
+void basic_session<Stream>::send(std::string bytes) {
   pending_bytes_.fetch_add(bytes.size(), std::memory_order_relaxed);
-  asio::post(socket_.get_executor(), [self = shared_from_this(), bytes = std::move(bytes)]() mutable {
+  asio::post(stream_.get_executor(), [self = shared_from_this(), bytes = std::move(bytes)]() mutable {
     self->enqueue(std::move(bytes), false);
   });
 }
 
-void session::send_and_close(std::string bytes) {
+template <typename Stream>
+void basic_session<Stream>::send_and_close(std::string bytes) {
   pending_bytes_.fetch_add(bytes.size(), std::memory_order_relaxed);
-  asio::post(socket_.get_executor(), [self = shared_from_this(), bytes = std::move(bytes)]() mutable {
+  asio::post(stream_.get_executor(), [self = shared_from_this(), bytes = std::move(bytes)]() mutable {
     self->enqueue(std::move(bytes), true);
   });
 }
 
-void session::enqueue(std::string bytes, bool close_after) {
+template <typename Stream>
+void basic_session<Stream>::enqueue(std::string bytes, bool close_after) {
   if (!bytes.empty()) outgoing_.push_back(std::move(bytes));
   if (close_after) closing_ = true;
   wake_writer_.cancel();
 }
 
 // A protocol error seen by the session: ERROR, then close; nothing more is read or handed on.
-void session::fail(const std::string& problem, const std::optional<std::string>& receipt) {
+template <typename Stream>
+void basic_session<Stream>::fail(const std::string& problem, const std::optional<std::string>& receipt) {
   frame e{"ERROR", {{"message", problem}}, {}};
   if (receipt) e.add("receipt-id", *receipt);
   e.body = problem + "\n";
@@ -80,7 +136,8 @@ void session::fail(const std::string& problem, const std::optional<std::string>&
   enqueue(std::move(bytes), true);
 }
 
-bool session::on_connect(const frame& f) {
+template <typename Stream>
+bool basic_session<Stream>::on_connect(const frame& f) {
   // accept-version absent: a STOMP 1.0 client.
   std::string_view accept = f.get("accept-version", "1.0");
   std::optional<stomp_version> chosen;
@@ -119,6 +176,7 @@ bool session::on_connect(const frame& f) {
   connected_ = true;
   connect_info info;
   info.version = *chosen;
+  info.peer_certificate_subject = peer_subject_;
   info.client_id = std::string(f.get("client-id"));
   info.login = std::string(f.get("login"));
   heartbeat_send_ms_ = negotiate_heart_beat(config_.heartbeat_send_ms, client_receive);
@@ -132,7 +190,8 @@ bool session::on_connect(const frame& f) {
   return true;
 }
 
-bool session::on_frame(frame& f) {
+template <typename Stream>
+bool basic_session<Stream>::on_frame(frame& f) {
   bool is_connect = f.command == "CONNECT" || f.command == "STOMP";
   if (!connected_) {
     if (!is_connect) {
@@ -147,13 +206,22 @@ bool session::on_frame(frame& f) {
   return true;
 }
 
-asio::awaitable<void> session::read_loop() {
+template <typename Stream>
+asio::awaitable<void> basic_session<Stream>::read_loop() {
   std::vector<char> buffer(64 * 1024);
   std::vector<frame> frames;
   while (!closing_) {
-    auto [ec, n] = co_await socket_.async_read_some(asio::buffer(buffer), kNoThrow);
+    auto [ec, n] = co_await stream_.async_read_some(asio::buffer(buffer), kNoThrow);
     if (ec || closing_) break;
     last_read_ = clock::now();
+    // A TLS ClientHello (a handshake record: 0x16 0x03) on a plain listener: the client expects
+    // TLS, so a STOMP ERROR would be noise to it. Say so in the log and close.
+    if (!kTls && !connected_ && n >= 2 && buffer[0] == 0x16 && buffer[1] == 0x03) {
+      spdlog::info("connection {} from {}: a TLS handshake on a plain listener (the client should use a "
+                   "TLS listener's port); closed",
+                   id_, peer_);
+      break;
+    }
     frames.clear();
     bool ok = parser_.feed(std::string_view(buffer.data(), n), frames);
     bool keep_reading = true;
@@ -182,7 +250,8 @@ asio::awaitable<void> session::read_loop() {
   coroutine_done();
 }
 
-asio::awaitable<void> session::write_loop() {
+template <typename Stream>
+asio::awaitable<void> basic_session<Stream>::write_loop() {
   std::vector<std::string> writing;
   std::vector<asio::const_buffer> buffers;
   for (;;) {
@@ -209,9 +278,20 @@ asio::awaitable<void> session::write_loop() {
       buffers.push_back(asio::buffer(s));
       total += s.size();
     }
-    auto [ec, n] = co_await asio::async_write(socket_, buffers, kNoThrow);
+    if constexpr (kTls) {
+      // An SSL stream encrypts one buffer of a sequence per record; many small frames would each
+      // cost a record and a system call. Copied together, they go out in as few as fit.
+      flat_.clear();
+      flat_.reserve(total);
+      for (auto& s : writing) flat_ += s;
+      buffers.assign(1, asio::buffer(flat_));
+    }
+    auto [ec, n] = co_await asio::async_write(stream_, buffers, kNoThrow);
     pending_bytes_.fetch_sub(total, std::memory_order_relaxed);
     writing.clear();
+    if constexpr (kTls) {
+      if (flat_.capacity() > 1024 * 1024) std::string().swap(flat_);  // not kept after a large burst
+    }
     if (ec) break;
     written_since_notice_ += total;
     // The core stops delivering to a connection with too much unwritten; tell it when it drained.
@@ -221,14 +301,13 @@ asio::awaitable<void> session::write_loop() {
     }
   }
   closing_ = true;
-  boost::system::error_code ignored;
-  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-  socket_.close(ignored);
+  close_socket();
   watchdog_timer_.cancel();
   coroutine_done();
 }
 
-asio::awaitable<void> session::watchdog() {
+template <typename Stream>
+asio::awaitable<void> basic_session<Stream>::watchdog() {
   while (!closing_) {
     auto now = clock::now();
     if (!connected_) {
@@ -259,7 +338,8 @@ asio::awaitable<void> session::watchdog() {
   coroutine_done();
 }
 
-void session::coroutine_done() {
+template <typename Stream>
+void basic_session<Stream>::coroutine_done() {
   if (--live_coroutines_ > 0) return;
   if (connected_ && !reported_closed_) {
     reported_closed_ = true;
@@ -267,5 +347,8 @@ void session::coroutine_done() {
   }
   spdlog::debug("connection {} ({}) closed", id_, peer_);
 }
+
+template class basic_session<asio::ip::tcp::socket>;
+template class basic_session<tls_stream>;
 
 }  // namespace escrow::broker

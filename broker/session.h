@@ -3,6 +3,11 @@
 // queued in one gather write (and heart-beats when it has been quiet), and a watchdog that closes
 // a connection that says nothing (no CONNECT in time, or heart-beats missed). The session handles
 // CONNECT itself (version and heart-beat negotiation); every later frame goes to the core in order.
+//
+// The same code runs over a plain TCP socket and over TLS: basic_session is a template on the
+// stream, instantiated for both in session.cpp (plain_session, tls_session). A TLS session first
+// completes its handshake, within connect-timeout-ms, and only then starts the three coroutines; a
+// failed handshake is logged with the peer and the reason and closes that connection alone.
 #pragma once
 
 #include <atomic>
@@ -14,21 +19,36 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "broker.h"
 #include "config.h"
 #include "outbound.h"
+#include "tls.h"
 
 namespace escrow::broker {
 
-class session : public outbound, public std::enable_shared_from_this<session> {
+// What the server's registry of live sessions needs, whatever the stream.
+class session_base {
  public:
-  session(boost::asio::ip::tcp::socket socket, broker& core, const broker_config& config);
-
-  // Starts the coroutines. The session keeps itself alive until all of them end.
-  void start();
+  virtual ~session_base() = default;
   // Closes the connection now (server shutdown). Thread-safe.
-  void stop();
+  virtual void stop() = 0;
+};
+
+template <typename Stream>
+class basic_session final : public session_base,
+                            public outbound,
+                            public std::enable_shared_from_this<basic_session<Stream>> {
+ public:
+  static constexpr bool kTls = std::is_same_v<Stream, tls_stream>;
+
+  // `stream` is connected; for TLS, its handshake has not started yet.
+  basic_session(Stream stream, broker& core, const broker_config& config);
+
+  // Starts the handshake (TLS) and the coroutines. The session keeps itself alive until all end.
+  void start();
+  void stop() override;
 
   void send(std::string bytes) override;
   void send_and_close(std::string bytes) override;
@@ -36,6 +56,9 @@ class session : public outbound, public std::enable_shared_from_this<session> {
 
  private:
   using clock = std::chrono::steady_clock;
+  using std::enable_shared_from_this<basic_session<Stream>>::shared_from_this;
+  void run();
+  boost::asio::awaitable<void> handshake();
   boost::asio::awaitable<void> read_loop();
   boost::asio::awaitable<void> write_loop();
   boost::asio::awaitable<void> watchdog();
@@ -44,9 +67,10 @@ class session : public outbound, public std::enable_shared_from_this<session> {
   bool on_connect(const frame& f);
   void fail(const std::string& problem, const std::optional<std::string>& receipt);
   void enqueue(std::string bytes, bool close_after);
+  void close_socket();
   void coroutine_done();
 
-  boost::asio::ip::tcp::socket socket_;
+  Stream stream_;
   broker& core_;
   const broker_config& config_;
   std::uint64_t id_;
@@ -55,8 +79,12 @@ class session : public outbound, public std::enable_shared_from_this<session> {
 
   // Strand state.
   std::deque<std::string> outgoing_;
+  std::string flat_;  // TLS: the frames of one write, copied together (one record, not one per frame)
   boost::asio::steady_timer wake_writer_;
   boost::asio::steady_timer watchdog_timer_;
+  bool handshake_done_ = false;       // TLS: the handshake finished (always true when plain)
+  bool handshake_timed_out_ = false;  // TLS: connect-timeout-ms passed during the handshake
+  std::string peer_subject_;          // TLS: the client certificate's subject, "" when none
   bool connected_ = false;
   bool closing_ = false;  // stop reading; write what is queued, then close
   bool reported_closed_ = false;
@@ -69,5 +97,11 @@ class session : public outbound, public std::enable_shared_from_this<session> {
 
   std::atomic<std::size_t> pending_bytes_{0};
 };
+
+using plain_session = basic_session<boost::asio::ip::tcp::socket>;
+using tls_session = basic_session<tls_stream>;
+
+extern template class basic_session<boost::asio::ip::tcp::socket>;
+extern template class basic_session<tls_stream>;
 
 }  // namespace escrow::broker

@@ -5,6 +5,7 @@
 
 #include "escrow/rm/record.h"
 #include "escrow/storage/coding.h"
+#include "escrow/storage/schema.h"
 #include "escrow/storage/store.h"
 #include "escrow/xa.h"
 
@@ -21,12 +22,15 @@ std::uint64_t wall_ms() {
 resource_manager::resource_manager(std::chrono::milliseconds branch_timeout) : timeout_(branch_timeout) {}
 
 storage::status resource_manager::load(const storage::store& store) {
-  std::string bad;
+  storage::status bad;
   storage::status s = store.scan(storage::table::branches, {}, {}, [&](std::string_view k, std::string_view v) {
     auto id = xid::decode(k);
     auto b = std::make_shared<branch>();
     if (!id || !decode_record(v, *b)) {
-      bad = "the branches table holds an unreadable record; restore the data directory from a backup";
+      // A prepared branch is a promise to the transaction manager: never start without it.
+      bad = storage::corrupt_record(storage::table::branches, k,
+                                    !id ? "the key is not an xid (u32 formatID + 2^31, u8 gtrid length, gtrid, bqual)"
+                                        : "the prepared branch record of xid " + id->to_string() + " does not decode");
       return false;
     }
     b->id = *id;
@@ -39,8 +43,7 @@ storage::status resource_manager::load(const storage::store& store) {
     return true;
   });
   if (!s.ok()) return s;
-  if (!bad.empty()) return {storage::status::code::corrupt, bad};
-  return {};
+  return bad;
 }
 
 std::uint64_t resource_manager::max_staged_message_id() const {

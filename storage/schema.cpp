@@ -114,8 +114,13 @@ std::string message_record::encode() const {
 }
 
 bool message_record::decode(std::string_view value, message_record& out) {
-  if (value.size() < 3 || value[0] != 1) return false;
-  out.persistent = (value[1] & 1) != 0;
+  // Only what encode() writes: a flag byte of 0 or 1 and a priority of 0-9 (found by
+  // tests/fuzz/fuzz_schema: a corrupt priority would be served, and a dead letter or expired copy
+  // made from it would get an entry key that no longer decodes).
+  if (value.size() < 3 || value[0] != 1 || static_cast<std::uint8_t>(value[1]) > 1 ||
+      static_cast<std::uint8_t>(value[2]) > 9)
+    return false;
+  out.persistent = value[1] == 1;
   out.priority = static_cast<std::uint8_t>(value[2]);
   value.remove_prefix(3);
   std::string_view s;
@@ -134,6 +139,28 @@ bool message_record::decode(std::string_view value, message_record& out) {
   if (!get_string(value, s)) return false;
   out.body = s;
   return value.empty();
+}
+
+std::string printable_key(std::string_view key) {
+  if (key.empty()) return "'' (empty)";
+  bool printable = true;
+  for (char c : key) printable = printable && c >= 0x20 && c < 0x7f;
+  if (printable) return "'" + std::string(key) + "'";
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out = "0x";
+  for (unsigned char c : key) {
+    out.push_back(kDigits[c >> 4]);
+    out.push_back(kDigits[c & 15]);
+  }
+  return out;
+}
+
+status corrupt_record(table t, std::string_view key, std::string_view problem) {
+  return {status::code::corrupt,
+          "the " + std::string(table_name(t)) + " table holds a record that cannot be decoded, key " +
+              printable_key(key) + ": " + std::string(problem) +
+              ". The store is corrupted: stop escrowd and restore the data directory from a backup "
+              "(docs/storage.md, \"A corrupted store\")"};
 }
 
 void put_message(batch& b, std::uint64_t message_id, const message_record& record,

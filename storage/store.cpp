@@ -152,6 +152,11 @@ status store::impl::open_environment() {
   } else if (rc == 0) {
     std::string_view v = as_view(value);
     std::uint32_t version = 0;
+    if (v.size() != 4) {
+      mdb_txn_abort(txn);
+      return corrupt_record(table::meta, kSchemaVersionKey,
+                            "the schema version is a u32 (4 bytes), found " + std::to_string(v.size()) + " bytes");
+    }
     if (!get_u32(v, version) || version != kSchemaVersion) {
       mdb_txn_abort(txn);
       return {status::code::bad_schema,

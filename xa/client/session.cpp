@@ -45,9 +45,21 @@ std::shared_ptr<session> session::open(const connect_options& options) {
     throw error(error::kind::invalid_argument, "connect_options.timeout must be positive");
   if (options.heartbeat_send.count() < 0 || options.heartbeat_receive.count() < 0)
     throw error(error::kind::invalid_argument, "connect_options heart-beats must not be negative (0 = off)");
+  const tls_options& tls = options.tls;
+  if (!tls.enabled && (!tls.ca_file.empty() || !tls.certificate_chain.empty() || !tls.private_key.empty() ||
+                       !tls.server_name.empty()))
+    throw error(error::kind::invalid_argument,
+                "connect_options.tls has files or a server name but tls.enabled is false: set it to use TLS");
   std::string why;
-  auto t = connect_tcp(options.host, options.port, options.timeout, options.timeout, &why);
-  if (!t) throw error(error::kind::connection_lost, why);
+  std::unique_ptr<transport> t;
+  if (tls.enabled) {
+    bool options_at_fault = false;
+    t = connect_tls(options.host, options.port, tls, options.timeout, options.timeout, &why, &options_at_fault);
+    if (!t) throw error(options_at_fault ? error::kind::invalid_argument : error::kind::connection_lost, why);
+  } else {
+    t = connect_tcp(options.host, options.port, options.timeout, options.timeout, &why);
+    if (!t) throw error(error::kind::connection_lost, why);
+  }
 
   std::shared_ptr<session> s(new session(options));
   s->start(std::move(t));

@@ -98,9 +98,8 @@ int connect_within(int fd, const sockaddr* address, socklen_t length, int timeou
 
 }  // namespace
 
-std::unique_ptr<transport> connect_tcp(const std::string& host, std::uint16_t port,
-                                       std::chrono::milliseconds timeout,
-                                       std::chrono::milliseconds write_timeout, std::string* error) {
+int connect_socket(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout,
+                   std::string* error) {
   std::string where = host + ":" + std::to_string(port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -109,7 +108,7 @@ std::unique_ptr<transport> connect_tcp(const std::string& host, std::uint16_t po
   std::string service = std::to_string(port);
   if (int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
     *error = "cannot resolve " + host + ": " + ::gai_strerror(rc);
-    return nullptr;
+    return -1;
   }
   int fd = -1;
   int last = ECONNREFUSED;
@@ -128,10 +127,18 @@ std::unique_ptr<transport> connect_tcp(const std::string& host, std::uint16_t po
   ::freeaddrinfo(found);
   if (fd < 0) {
     *error = "cannot connect to " + where + ": " + system_message(last) + " (is escrowd running there?)";
-    return nullptr;
+    return -1;
   }
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+std::unique_ptr<transport> connect_tcp(const std::string& host, std::uint16_t port,
+                                       std::chrono::milliseconds timeout,
+                                       std::chrono::milliseconds write_timeout, std::string* error) {
+  int fd = connect_socket(host, port, timeout, error);
+  if (fd < 0) return nullptr;
   if (write_timeout.count() > 0) {
     timeval tv{};
     tv.tv_sec = static_cast<time_t>(write_timeout.count() / 1000);

@@ -1,6 +1,6 @@
 // The byte stream under a client connection: the seam between the STOMP session and the network.
-// Plain TCP is the only implementation today (tcp_transport.cpp); TLS will be a second one behind
-// this same interface, chosen by connect_options, so nothing above it changes.
+// Two implementations, chosen by connect_options::tls: plain TCP (tcp_transport.cpp) and TLS over
+// OpenSSL (tls_transport.cpp); nothing above this interface knows which.
 //
 // Thread safety: one reader thread calls read_some(); writers serialise write_all() among
 // themselves; shutdown() may be called from any thread at any time, also while the others block.
@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+
+#include "escrow/client.h"
 
 namespace escrow::client::detail {
 
@@ -28,10 +30,25 @@ class transport {
   virtual void shutdown() = 0;
 };
 
+// Opens a TCP socket connected to host:port within `timeout`, in blocking mode with TCP_NODELAY.
+// Returns the file descriptor, or -1 with *error set ("cannot connect to HOST:PORT: reason").
+int connect_socket(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout,
+                   std::string* error);
+
 // Connects to host:port over TCP within `timeout`; writes time out after `write_timeout`.
 // nullptr with *error set ("cannot connect to HOST:PORT: reason") on failure.
 std::unique_ptr<transport> connect_tcp(const std::string& host, std::uint16_t port,
                                        std::chrono::milliseconds timeout,
                                        std::chrono::milliseconds write_timeout, std::string* error);
+
+// Connects to host:port over TCP and completes a TLS handshake as `tls` says, all within
+// `timeout`; writes time out after `write_timeout`. nullptr with *error set on failure and
+// *invalid_argument telling whether the options were at fault (a file that does not load) rather
+// than the network or the broker ("TLS handshake with HOST:PORT failed: certificate verify failed:
+// ...", "... host name mismatch: ...").
+std::unique_ptr<transport> connect_tls(const std::string& host, std::uint16_t port, const tls_options& tls,
+                                       std::chrono::milliseconds timeout,
+                                       std::chrono::milliseconds write_timeout, std::string* error,
+                                       bool* invalid_argument);
 
 }  // namespace escrow::client::detail

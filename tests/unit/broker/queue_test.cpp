@@ -66,6 +66,21 @@ TEST_SUITE("broker/queue") {
     CHECK(drain(q) == std::vector<std::uint64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
   }
 
+  TEST_CASE("a corrupt entry is never handed out: a bad key is passed over, a short value stays held") {
+    fixture f;
+    f.store_entries({{1, 4}, {3, 4}});
+    storage::batch b;
+    b.put(storage::table::entries, storage::entry_key{1, 4, 2}.encode(), "\x01");  // no delivery count
+    b.put(storage::table::entries, storage::queue_prefix(1) + "\x0c", "");           // not an entry key
+    std::promise<bool> done;
+    f.store->submit(std::move(b), [&](storage::status s) { done.set_value(s.ok()); });
+    REQUIRE(done.get_future().get());
+    queue q(1, "q", queue::kind::queue, "", f.store.get(), 2);
+    q.start_unloaded();
+    CHECK(drain(q) == std::vector<std::uint64_t>{1, 3});
+    CHECK(q.is_held(storage::entry_key{1, 4, 2}));
+  }
+
   TEST_CASE("priority order holds across storage and memory") {
     fixture f;
     f.store_entries({{1, 4}, {2, 4}, {3, 9}, {4, 0}});

@@ -836,5 +836,28 @@ TEST_SUITE("rm/resource_manager") {
     storage::status st = rm.load(*store);
     CHECK_FALSE(st.ok());
     CHECK(st.which() == storage::status::code::corrupt);
+    // The message names the table, the key (hex: an xid key is binary), the xid and what to do.
+    CHECK(st.message().find("branches table") != std::string::npos);
+    CHECK(st.message().find(storage::printable_key(make_xid(70).encode())) != std::string::npos);
+    CHECK(st.message().find(make_xid(70).to_string()) != std::string::npos);
+    CHECK(st.message().find("restore the data directory from a backup") != std::string::npos);
+  }
+
+  TEST_CASE("load refuses a key that is not an xid") {
+    testing::temp_dir dir;
+    {
+      auto store = open_store(dir.path());
+      storage::batch b;
+      b.put(storage::table::branches, std::string("\x80\0\0\0", 4), "x");  // too short for an xid
+      auto done = std::make_shared<std::promise<storage::status>>();
+      auto f = done->get_future();
+      store->submit(std::move(b), [done](storage::status st) { done->set_value(std::move(st)); });
+      REQUIRE(f.get().ok());
+    }
+    auto store = open_store(dir.path());
+    resource_manager rm(1h);
+    storage::status st = rm.load(*store);
+    CHECK(st.which() == storage::status::code::corrupt);
+    CHECK(st.message().find("key 0x80000000: the key is not an xid") != std::string::npos);
   }
 }

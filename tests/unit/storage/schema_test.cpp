@@ -222,4 +222,37 @@ TEST_SUITE("storage/schema") {
     CHECK_FALSE(message_record::decode(std::string(64, '\xff'), out));
     CHECK_FALSE(message_record::decode(std::string(64, '\x01'), out));
   }
+
+  TEST_CASE("a corrupt record is named by table and key, as text or as hex") {
+    CHECK(printable_key("q/orders") == "'q/orders'");
+    CHECK(printable_key(std::string("d/app\0sub", 9)) == "0x642f61707000737562");
+    CHECK(printable_key("") == "'' (empty)");
+    status s = corrupt_record(table::queues, "q/orders", "it does not decode");
+    CHECK(s.which() == status::code::corrupt);
+    CHECK(s.message().rfind("the queues table holds a record that cannot be decoded, key 'q/orders': it does not decode.",
+                            0) == 0);
+    CHECK(s.message().find("restore the data directory from a backup") != std::string::npos);
+  }
+
+  // Regression, found by tests/fuzz/fuzz_schema (corpus/schema/regression-priority-126): a record
+  // with a priority above 9 (here 126) or an unknown flag bit decoded, and would have been served.
+  TEST_CASE("message record decode rejects a priority above 9 and unknown flags") {
+    const std::string found("\x01\x7e\xff\xff\xff\x01\x00\x00\x00\x00\x00\xff\xff\xfd\xff\xff\xff\xff\xff\x00\x00\x00", 22);
+    message_record out;
+    CHECK_FALSE(message_record::decode(found, out));
+
+    message_record m;
+    m.priority = 9;
+    m.destination = "/queue/a";
+    std::string good = m.encode();
+    REQUIRE(message_record::decode(good, out));
+    CHECK(out.priority == 9);
+    std::string bad = good;
+    bad[2] = 10;  // priority
+    CHECK_FALSE(message_record::decode(bad, out));
+    bad = good;
+    bad[1] = 3;  // flags: bit 1 is not defined
+    CHECK_FALSE(message_record::decode(bad, out));
+    CHECK_FALSE(decode_inline_message(encode_delivery_count(0) + bad, out));
+  }
 }

@@ -6,8 +6,8 @@
 //   auto q = c->create_consumer({.destination = "/queue/orders"});
 //   if (auto m = q->receive(std::chrono::seconds(5))) use(m->body());
 //
-// A connection owns one transport (plain TCP today; TLS will be another implementation of the
-// internal transport interface, xa/client/transport.h) and one background reader thread that
+// A connection owns one transport (plain TCP, or TLS when connect_options::tls.enabled: both
+// implement the internal interface xa/client/transport.h) and one background reader thread that
 // dispatches what the broker sends: RECEIPT and ERROR frames to the call waiting for them, MESSAGE
 // frames to their consumer. A heart-beat thread runs only when heart-beats are negotiated.
 //
@@ -40,6 +40,20 @@ namespace detail {
 class session;
 }
 
+// TLS (OpenSSL). By default the broker's certificate must chain to a trusted CA (the system's, or
+// ca_file) and name the host connected to (a DNS name, or an IP address in its subjectAltName);
+// TLS 1.2 at the least, TLS 1.3 when the broker has it. All files are PEM.
+struct tls_options {
+  bool enabled = false;
+  std::string ca_file{};            // CA certificates to trust; empty: the system's (/etc/ssl/certs)
+  std::string certificate_chain{};  // a client certificate (then any intermediates), for mutual TLS
+  std::string private_key{};        // its key, unencrypted; empty: read from certificate_chain
+  bool verify_peer = true;          // false: no certificate or host name check (tests only: anyone
+                                    // in the middle can read and change everything)
+  std::string server_name{};        // the name to check the certificate against and send as SNI;
+                                    // empty: host
+};
+
 struct connect_options {
   std::string host = "127.0.0.1";
   std::uint16_t port = 61613;
@@ -50,13 +64,16 @@ struct connect_options {
   // connection counts as lost.
   std::chrono::milliseconds heartbeat_send{0}, heartbeat_receive{0};
   std::chrono::milliseconds timeout{10000};  // connect, and the default per-call timeout
+  tls_options tls{};                          // TLS to a [[tls-listener]] of the broker; off by default
 };
 
 class connection {
  public:
-  // TCP connect, CONNECT, wait for CONNECTED, all within options.timeout. Throws client::error:
-  // connection_lost (cannot connect: says where and why), broker_error (the broker refused the
-  // CONNECT), timeout, invalid_argument.
+  // TCP connect, the TLS handshake when options.tls.enabled, CONNECT, wait for CONNECTED, all
+  // within options.timeout. Throws client::error: connection_lost (cannot connect, or the TLS
+  // handshake failed: says where and why, e.g. "certificate verify failed: ..." or "host name
+  // mismatch: ..."), broker_error (the broker refused the CONNECT), timeout, invalid_argument
+  // (also: a TLS file that cannot be loaded).
   static std::unique_ptr<connection> open(const connect_options& options);
 
   connection(const connection&) = delete;

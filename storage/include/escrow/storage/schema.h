@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "escrow/storage/batch.h"
+#include "escrow/storage/status.h"
 
 namespace escrow::storage {
 
@@ -86,6 +87,13 @@ struct message_record {
 };
 
 struct message_record;
+
+// A corrupted store (docs/storage.md, "A corrupted store"): a record that does not decode.
+// printable_key: the key as text when every byte is printable ASCII, else as hex ("0x0001...").
+std::string printable_key(std::string_view key);
+// A status (code corrupt) naming the table, the key and what is wrong with the record, and saying
+// what to do: stop escrowd and restore the data directory from a backup.
+status corrupt_record(table t, std::string_view key, std::string_view problem);
 
 // Batch helpers for the changes every path makes the same way.
 // Stores a new message for its stored entries, with delivery count 0: inline in the entry when

@@ -1,0 +1,89 @@
+// The [[tls-listener]] tables (see config_tls.h). Each key is checked for its type and form;
+// where it was set is kept so that start-up can name the line of a file that does not load.
+#include "config_tls.h"
+
+#include <fmt/format.h>
+
+#include <functional>
+#include <map>
+
+namespace escrow::broker {
+namespace {
+
+std::string where(const std::string& path, const toml::node& node, const std::string& key) {
+  return fmt::format("{}:{}: {}", path, node.source().begin.line, key);
+}
+
+using setter = std::function<std::string(const toml::node&)>;
+
+setter path_field(std::string& field) {
+  return [&field](const toml::node& n) -> std::string {
+    if (!n.is_string() || n.value<std::string>()->empty()) return "must be a file name (a non-empty string)";
+    field = *n.value<std::string>();
+    return "";
+  };
+}
+
+setter text_field(std::string& field, const char* what) {
+  return [&field, what](const toml::node& n) -> std::string {
+    if (!n.is_string()) return std::string("must be a string: ") + what;
+    field = *n.value<std::string>();
+    return "";
+  };
+}
+
+std::map<std::string, setter> tls_listener_keys(tls_listener_config& c) {
+  return {
+      {"listen", [&c](const toml::node& n) -> std::string {
+         auto s = n.value<std::string>();
+         auto a = n.is_string() ? parse_listen_address(*s) : std::nullopt;
+         if (!a) return "must be a \"HOST:PORT\" string, e.g. \"127.0.0.1:61614\"";
+         c.listen = *a;
+         return "";
+       }},
+      {"certificate-chain", path_field(c.certificate_chain)},
+      {"private-key", path_field(c.private_key)},
+      {"client-ca", path_field(c.client_ca)},
+      {"min-version", [&c](const toml::node& n) -> std::string {
+         auto s = n.value<std::string>();
+         if (!n.is_string() || (*s != "1.2" && *s != "1.3"))
+           return "must be \"1.2\" or \"1.3\" (older versions of TLS are never accepted)";
+         c.min_version = *s;
+         return "";
+       }},
+      {"ciphers", text_field(c.ciphers, "a TLS 1.2 cipher list in OpenSSL syntax")},
+      {"ciphersuites", text_field(c.ciphersuites, "TLS 1.3 cipher suites in OpenSSL syntax")},
+  };
+}
+
+}  // namespace
+
+std::string load_tls_listeners(const std::string& path, const toml::node& node,
+                               std::vector<tls_listener_config>& out) {
+  const toml::array* list = node.as_array();
+  if (!list || !list->is_array_of_tables())
+    return where(path, node, "tls-listener") + " must be a list of tables ([[tls-listener]])";
+  std::vector<tls_listener_config> listeners;
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const toml::table& t = *list->get(i)->as_table();
+    std::string name = fmt::format("tls-listener[{}]", i + 1);
+    tls_listener_config c;
+    c.where[""] = where(path, t, name);
+    auto keys = tls_listener_keys(c);
+    for (const auto& [key, value] : t) {
+      std::string k(key.str());
+      auto f = keys.find(k);
+      if (f == keys.end()) return where(path, value, name + "." + k) + ": unknown key";
+      if (auto err = f->second(value); !err.empty()) return where(path, value, name + "." + k) + " " + err;
+      c.where[k] = where(path, value, name + "." + k);
+    }
+    for (const char* required : {"listen", "certificate-chain", "private-key"})
+      if (!c.where.contains(required))
+        return c.where[""] + " has no " + required + " key (a TLS listener needs listen, certificate-chain and private-key)";
+    listeners.push_back(std::move(c));
+  }
+  out = std::move(listeners);
+  return "";
+}
+
+}  // namespace escrow::broker

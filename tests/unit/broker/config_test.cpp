@@ -1,0 +1,45 @@
+// The TOML configuration reader, through load_config_text (the same code as load_config_file
+// without the file): regressions found by tests/fuzz/fuzz_config, and the error format.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "config.h"
+
+using namespace escrow::broker;
+
+TEST_SUITE("broker/config") {
+  TEST_CASE("a float where an integer belongs is refused, however large") {
+    // Regression (corpus/config/regression-float-integer.toml): converting 5E99 to an integer was
+    // undefined behaviour inside toml++.
+    for (const char* text : {"[[address-settings]]\nmatch = \"a.*\"\nexpiry-delay = 5E99\n",
+                             "[limits]\nmax-headers = 1e300\n", "io-threads = -1e19\n",
+                             "[delivery]\nmessage-expiry-scan-period = 2.0\n"}) {
+      INFO(text);
+      broker_config config;
+      std::string error = load_config_text(text, "t.toml", config);
+      CHECK(error.rfind("t.toml:", 0) == 0);
+      CHECK(error.find("must be") != std::string::npos);
+    }
+  }
+
+  TEST_CASE("nan and inf are not numbers in range") {
+    for (const char* text : {"[[address-settings]]\nmatch = \"#\"\nredelivery-delay-multiplier = nan\n",
+                             "[[address-settings]]\nmatch = \"#\"\nredelivery-delay-multiplier = inf\n",
+                             "[[address-settings]]\nmatch = \"#\"\nredelivery-collision-avoidance-factor = nan\n"}) {
+      INFO(text);
+      broker_config config;
+      std::string error = load_config_text(text, "t.toml", config);
+      CHECK(error.rfind("t.toml:3: address-settings[1].", 0) == 0);
+    }
+  }
+
+  TEST_CASE("text is read as a file is") {
+    broker_config config;
+    CHECK(load_config_text("[delivery]\nconsumer-window = 7\n", "t.toml", config).empty());
+    CHECK(config.consumer_window == 7);
+    CHECK(load_config_text("[delivery]\nconsumer-window = 0\n", "t.toml", config) ==
+          "t.toml:2: delivery.consumer-window must be at least 1");
+    CHECK(load_config_text("x = [", "t.toml", config).rfind("t.toml:1: ", 0) == 0);
+  }
+}
