@@ -60,6 +60,10 @@ class broker {
   // The connection's socket has drained what was pending: deliveries may resume.
   void on_writable(std::uint64_t connection_id);
 
+  // SIGHUP: takes what can change at run time from `fresh` (address settings, the reaper's period,
+  // persist-delivery-count-before-delivery) and logs what changed. Thread-safe (posts to the core).
+  void reload(const broker_config& fresh);
+
  private:
   struct impl;
   std::unique_ptr<impl> impl_;

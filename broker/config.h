@@ -43,6 +43,10 @@ struct broker_config {
   std::vector<listen_address> listen{{"127.0.0.1", 61613}};
   std::string data_dir = "./escrow-data";
   std::string log_level = "info";
+  // Where this configuration came from, for SIGHUP (docs/operations.md): the file re-read, and
+  // the keys the command line set ("listen", "data-dir", "log-level"), which a reload keeps.
+  std::string config_file;
+  std::vector<std::string> command_line_keys;
   unsigned io_threads = 0;  // 0: one per core but one (the committer thread has the last), at least 1
 
   // storage
@@ -78,6 +82,10 @@ struct broker_config {
 
 // Parses "HOST:PORT" (IPv6 as "[::1]:61613"). Returns nullopt when malformed.
 std::optional<listen_address> parse_listen_address(const std::string& text);
+
+// The keys whose new value in `fresh` differs from `running` and only takes effect at a restart
+// (listeners, data directory, storage, limits, TLS, ...), by their names in the file.
+std::vector<std::string> changes_needing_restart(const broker_config& running, const broker_config& fresh);
 
 // Reads a TOML file over the defaults already in `config`. Returns an empty string on success,
 // otherwise an error naming the file, the line and the key.

@@ -29,6 +29,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   broker_config config;
+  config.config_file = config_file;
+  if (!listen.empty()) config.command_line_keys.push_back("listen");
+  if (!data_dir.empty()) config.command_line_keys.push_back("data-dir");
+  if (!log_level.empty()) config.command_line_keys.push_back("log-level");
   if (!config_file.empty()) {
     if (std::string err = escrow::broker::load_config_file(config_file, config); !err.empty()) {
       std::cerr << "escrowd: bad configuration: " << err << "\n";

@@ -12,11 +12,13 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "broker.h"
+#include "reload.h"
 #include "escrow/storage/store.h"
 #include "session.h"
 #include "tls.h"
@@ -150,6 +152,17 @@ int run_server(const broker_config& config) {
     auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(200));
     timer->async_wait([&io, timer](const boost::system::error_code&) { io.stop(); });
   });
+
+  // SIGHUP re-reads the configuration file and applies what can change at run time.
+  asio::signal_set hangups(io, SIGHUP);
+  std::function<void()> wait_for_hangup = [&] {
+    hangups.async_wait([&](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      reload_configuration(config, core);
+      wait_for_hangup();
+    });
+  };
+  wait_for_hangup();
 
   // Plain listeners first: their "listening on" lines come first (tests read the first one).
   for (const auto& address : config.listen) {

@@ -1,0 +1,122 @@
+// SIGHUP: reading the file again, telling what needs a restart, and the core's part of a reload.
+#include "reload.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "core.h"
+#include "core_timers.h"
+
+namespace escrow::broker {
+namespace {
+
+bool same_address(const listen_address& a, const listen_address& b) { return a.host == b.host && a.port == b.port; }
+
+bool from_command_line(const broker_config& c, const std::string& key) {
+  return std::find(c.command_line_keys.begin(), c.command_line_keys.end(), key) != c.command_line_keys.end();
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& i : items) out += (out.empty() ? "" : ", ") + i;
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> changes_needing_restart(const broker_config& a, const broker_config& b) {
+  std::vector<std::string> out;
+  auto check = [&](bool same, const char* key) {
+    if (!same) out.emplace_back(key);
+  };
+  check(std::equal(a.listen.begin(), a.listen.end(), b.listen.begin(), b.listen.end(), same_address), "listen");
+  check(a.data_dir == b.data_dir, "data-dir");
+  check(a.io_threads == b.io_threads, "io-threads");
+  check(a.map_size == b.map_size, "storage.map-size");
+  check(a.max_group_batches == b.max_group_batches, "storage.max-group-batches");
+  check(a.frames.max_frame_size == b.frames.max_frame_size, "limits.max-frame-size");
+  check(a.frames.max_headers == b.frames.max_headers, "limits.max-headers");
+  check(a.frames.max_header_length == b.frames.max_header_length, "limits.max-header-length");
+  check(a.max_pending_bytes == b.max_pending_bytes, "limits.max-pending-bytes");
+  check(a.connect_timeout_ms == b.connect_timeout_ms, "limits.connect-timeout-ms");
+  check(a.consumer_window == b.consumer_window, "delivery.consumer-window");
+  check(a.queue_memory_window == b.queue_memory_window, "delivery.queue-memory-window");
+  check(a.branch_timeout_ms == b.branch_timeout_ms, "transactions.timeout-ms");
+  check(a.heartbeat_send_ms == b.heartbeat_send_ms && a.heartbeat_receive_ms == b.heartbeat_receive_ms &&
+            a.heartbeat_grace_ms == b.heartbeat_grace_ms,
+        "heartbeat");
+  check(a.tls_listeners.size() == b.tls_listeners.size() &&
+            std::equal(a.tls_listeners.begin(), a.tls_listeners.end(), b.tls_listeners.begin(),
+                       [](const tls_listener_config& x, const tls_listener_config& y) {
+                         return same_address(x.listen, y.listen) && x.certificate_chain == y.certificate_chain &&
+                                x.private_key == y.private_key && x.client_ca == y.client_ca &&
+                                x.min_version == y.min_version && x.ciphers == y.ciphers &&
+                                x.ciphersuites == y.ciphersuites;
+                       }),
+        "tls-listener");
+  return out;
+}
+
+void reload_configuration(const broker_config& running, broker& core) {
+  if (running.config_file.empty()) {
+    spdlog::warn("SIGHUP: nothing to reload: escrowd was started without --config");
+    return;
+  }
+  broker_config fresh;
+  if (std::string err = load_config_file(running.config_file, fresh); !err.empty()) {
+    spdlog::error("SIGHUP: configuration not reloaded, the running settings stay: {}", err);
+    return;
+  }
+  // What the command line set still wins over the file.
+  fresh.config_file = running.config_file;
+  fresh.command_line_keys = running.command_line_keys;
+  if (from_command_line(running, "listen")) fresh.listen = running.listen;
+  if (from_command_line(running, "data-dir")) fresh.data_dir = running.data_dir;
+  if (from_command_line(running, "log-level")) fresh.log_level = running.log_level;
+
+  auto level = spdlog::level::from_str(fresh.log_level);
+  if (level == spdlog::level::off && fresh.log_level != "off") {
+    spdlog::error("SIGHUP: configuration not reloaded: unknown log-level '{}'", fresh.log_level);
+    return;
+  }
+  if (fresh.log_level != running.log_level) {
+    spdlog::info("SIGHUP: log-level {} (was {})", fresh.log_level, running.log_level);
+    spdlog::set_level(level);
+  }
+  if (auto restart = changes_needing_restart(running, fresh); !restart.empty())
+    spdlog::warn("SIGHUP: changed in {} but taking effect only at a restart: {}", running.config_file, join(restart));
+  core.reload(fresh);
+}
+
+void broker::reload(const broker_config& fresh) {
+  impl_->post([m = impl_.get(), fresh] {
+    std::vector<std::string> changed;
+    broker_config& c = m->config;
+    if (c.message_expiry_scan_period_ms != fresh.message_expiry_scan_period_ms) {
+      changed.push_back("delivery.message-expiry-scan-period " + std::to_string(fresh.message_expiry_scan_period_ms));
+      c.message_expiry_scan_period_ms = fresh.message_expiry_scan_period_ms;
+      m->timers->reaper.cancel();
+      m->schedule_reaper();
+    }
+    if (c.persist_delivery_count_before_delivery != fresh.persist_delivery_count_before_delivery) {
+      changed.push_back(std::string("delivery.persist-delivery-count-before-delivery ") +
+                        (fresh.persist_delivery_count_before_delivery ? "true" : "false"));
+      c.persist_delivery_count_before_delivery = fresh.persist_delivery_count_before_delivery;
+    }
+    // Address settings: resolved again on next use; queues the new addresses name are created.
+    c.address_settings = fresh.address_settings;
+    m->settings_cache.clear();
+    storage::batch created;
+    m->create_undelivered_queues(created);
+    if (!created.empty()) m->submit(std::move(created), [](const storage::status&) {});
+    changed.push_back("address-settings (" + std::to_string(c.address_settings.size()) + " tables)");
+    spdlog::info("SIGHUP: reloaded {}: {}", c.config_file, join(changed));
+    // Messages that waited for a setting (e.g. a lower max-delivery-attempts) move on their next
+    // delivery; queues are offered again so that this happens now where consumers wait.
+    for (auto& [id, q] : m->queues_by_id) m->dispatch(q);
+    m->flush();
+  });
+}
+
+}  // namespace escrow::broker

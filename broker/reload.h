@@ -1,0 +1,15 @@
+// Internal to broker/: SIGHUP. Re-reads the configuration file the broker started with, applies
+// what can change at run time (address settings, the reaper's period,
+// persist-delivery-count-before-delivery, the log level) and logs what changed and which changed
+// keys need a restart. A file that no longer loads changes nothing (the error is logged).
+// Called on the I/O thread that handles the signal; the broker part runs on the core strand.
+#pragma once
+
+#include "broker.h"
+#include "config.h"
+
+namespace escrow::broker {
+
+void reload_configuration(const broker_config& running, broker& core);
+
+}  // namespace escrow::broker
