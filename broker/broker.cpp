@@ -33,7 +33,10 @@ broker::impl::impl(asio::io_context& io, storage::store& s, const broker_config&
   timers.reset(new core_timers{asio::steady_timer(strand), asio::steady_timer(strand), asio::steady_timer(strand)});
 }
 
-broker::impl::~impl() = default;
+broker::impl::~impl() {
+  stopping = true;
+  if (depth_counter.joinable()) depth_counter.join();
+}
 
 // Once a second, on the core strand: roll back branches past their timeout.
 void broker::impl::schedule_expiry() {
@@ -216,6 +219,7 @@ storage::status broker::open() {
   });
   if (!s.ok()) return s;
   if (!bad.ok()) return bad;
+  if (storage::status ds = m.count_depths(); !ds.ok()) return ds;
 
   // Prepared and heuristically completed branches come back before any consumer: the entries they
   // consumed stay held (never delivered), their sends stay invisible until the manager decides.

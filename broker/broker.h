@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,8 @@ class store;
 }
 
 namespace escrow::broker {
+
+struct metrics_snapshot;
 
 // What a session learned from CONNECT and negotiated with the client.
 struct connect_info {
@@ -59,6 +62,10 @@ class broker {
   void on_closed(std::uint64_t connection_id);
   // The connection's socket has drained what was pending: deliveries may resume.
   void on_writable(std::uint64_t connection_id);
+
+  // Builds a metrics snapshot on the core strand and calls `done` there with it (the caller posts
+  // it on to its own executor; `done` must not block). Thread-safe. Defined in metrics_collect.cpp.
+  void collect_metrics(std::function<void(metrics_snapshot)> done);
 
   // SIGHUP: takes what can change at run time from `fresh` (address settings, the reaper's period,
   // persist-delivery-count-before-delivery) and logs what changed. Thread-safe (posts to the core).

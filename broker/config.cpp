@@ -250,6 +250,19 @@ std::string apply_config(const toml::table& root, const std::string& path, broke
         {"message-expiry-scan-period", scan_period_field(config.message_expiry_scan_period_ms)},
         {"persist-delivery-count-before-delivery", bool_field(config.persist_delivery_count_before_delivery)}}},
       {"transactions", {{"timeout-ms", unsigned_field(config.branch_timeout_ms, 1)}}},
+      {"http",
+       {{"listen", [&config](const toml::node& n) -> std::string {
+          auto text = n.value<std::string>();
+          if (!n.is_string() || !text) return "must be a string \"HOST:PORT\" (\"\" turns HTTP off)";
+          if (text->empty()) {
+            config.http_listen.reset();
+            return "";
+          }
+          auto a = parse_listen_address(*text);
+          if (!a) return "'" + *text + "' is not \"HOST:PORT\" (e.g. \"127.0.0.1:8161\"; \"\" turns HTTP off)";
+          config.http_listen = *a;
+          return "";
+        }}}},
       {"heartbeat",
        {{"send-ms", unsigned_field(config.heartbeat_send_ms)},
         {"receive-ms", unsigned_field(config.heartbeat_receive_ms)},

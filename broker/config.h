@@ -78,6 +78,9 @@ struct broker_config {
 
   // TLS listeners ([[tls-listener]]), next to the plain ones in `listen`; none by default.
   std::vector<tls_listener_config> tls_listeners;
+
+  // [http] listen: /metrics, /status and /health (docs/operations.md); nullopt (the default): off.
+  std::optional<listen_address> http_listen;
 };
 
 // Parses "HOST:PORT" (IPv6 as "[::1]:61613"). Returns nullopt when malformed.

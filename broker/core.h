@@ -13,12 +13,14 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "address_settings.h"
 #include "broker.h"
 #include "escrow/rm/resource_manager.h"
+#include "metrics.h"
 #include "escrow/storage/batch.h"
 #include "queue.h"
 
@@ -94,7 +96,7 @@ struct routed_message {
 
 struct broker::impl {
   impl(boost::asio::io_context& io, storage::store& store, const broker_config& config);
-  ~impl();
+  ~impl();  // stops and joins the background depth count
 
   storage::store& store;
   broker_config config;
@@ -111,6 +113,8 @@ struct broker::impl {
   std::uint32_t next_queue_id = 1;
   std::unique_ptr<core_timers> timers;
   undelivered_counters undelivered;
+  latency_histogram prepare_latency;  // XA-PREPARE to its answer (metrics)
+  latency_histogram commit_latency;   // commits to their answer (metrics)
   std::mt19937_64 random{std::random_device{}()};
   // Returned messages waiting out their redelivery delay (held in their queue meanwhile).
   std::multimap<std::chrono::steady_clock::time_point, std::pair<queue_ptr, queue_entry>> delayed;
@@ -212,6 +216,13 @@ struct broker::impl {
   void redeliver_due();
   // The queues named by every expiry and dead letter address in the settings, created if missing.
   void create_undelivered_queues(storage::batch& b);
+
+  // Metrics (metrics_collect.cpp). Sets each queue's depth from the entries in storage: one
+  // key-only pass over the entries table at open.
+  storage::status count_depths();  // starts the background count (metrics_collect.cpp)
+  std::thread depth_counter;
+  std::atomic<bool> stopping{false};
+  metrics_snapshot snapshot() const;
 };
 
 // Milliseconds since the epoch, the unit of `expires` and `timestamp`.

@@ -135,7 +135,9 @@ void broker::impl::dispatch(const queue_ptr& q) {
 
     connection& c = *chosen->owner;
     std::uint64_t tag = c.next_tag++;
+    ++q->counters.delivered;
     if (chosen->mode == ack_mode::auto_ack) {
+      q->counters.removed(q->counters.acknowledged);
       // auto: the message counts as acknowledged once it is written to the consumer; a stored
       // entry goes for good once the batch below is durable.
       write_message(c, *chosen, tag, e);
@@ -230,9 +232,11 @@ void broker::impl::handle_ack(const connection_ptr& c, const frame& f, bool posi
     } else if (!positive || branch) {
       requeue(std::move(d), b);  // NACK, or an ACK in a branch already rolled back
     } else if (d.entry.stored) {
+      d.source->counters.removed(d.source->counters.acknowledged);
       storage::erase_entry(b, d.entry.key);
       holds.emplace_back(d.source, d.entry.key);
     } else {
+      d.source->counters.removed(d.source->counters.acknowledged);
       d.source->release_hold(d.entry.key);
     }
   }

@@ -38,6 +38,23 @@ struct queue_entry {
   message_ptr msg;                   // null until loaded for a stored entry
 };
 
+// What happened to a queue's messages since start (depth: since open, counted then from storage);
+// kept by the core strand where it moves messages, read by the metrics (docs/operations.md).
+struct queue_counters {
+  std::uint64_t enqueued = 0;       // made visible: sent, committed, moved in
+  std::uint64_t delivered = 0;      // handed to a consumer
+  std::uint64_t acknowledged = 0;   // removed by an acknowledgement (or auto ack)
+  std::uint64_t expired = 0;        // removed: expired
+  std::uint64_t dead_lettered = 0;  // removed: max-delivery-attempts
+  std::uint64_t redelivered = 0;    // returned for redelivery
+  std::int64_t depth = 0;  // in the queue (ready, in flight, held): changes since open, plus the
+                           // stored count once the background count at open has added it
+  void removed(std::uint64_t& why) {
+    ++why;
+    --depth;
+  }
+};
+
 class queue {
  public:
   enum class kind { queue, durable_subscription, subscription };
@@ -85,6 +102,8 @@ class queue {
   // subscription), and whether its record is in (or on its way to) that table.
   std::string storage_key;
   bool record_stored = false;
+
+  queue_counters counters;
 
   // Consumers attached to this queue, served round robin.
   std::vector<subscription*>& consumers() { return consumers_; }

@@ -43,6 +43,9 @@ std::vector<std::string> changes_needing_restart(const broker_config& a, const b
   check(a.consumer_window == b.consumer_window, "delivery.consumer-window");
   check(a.queue_memory_window == b.queue_memory_window, "delivery.queue-memory-window");
   check(a.branch_timeout_ms == b.branch_timeout_ms, "transactions.timeout-ms");
+  check(a.http_listen.has_value() == b.http_listen.has_value() &&
+            (!a.http_listen || same_address(*a.http_listen, *b.http_listen)),
+        "http.listen");
   check(a.heartbeat_send_ms == b.heartbeat_send_ms && a.heartbeat_receive_ms == b.heartbeat_receive_ms &&
             a.heartbeat_grace_ms == b.heartbeat_grace_ms,
         "heartbeat");

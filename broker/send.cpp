@@ -130,6 +130,8 @@ bool broker::impl::route(const connection_ptr& c, frame& f, routed_message& out,
 void broker::impl::publish(std::vector<std::pair<queue_ptr, queue_entry>>& entries) {
   for (auto& [q, e] : entries) {
     if (e.stored) q->release_hold(e.key);
+    ++q->counters.enqueued;
+    ++q->counters.depth;
     q->push(std::move(e));
   }
   for (auto& [q, e] : entries) dispatch(q);

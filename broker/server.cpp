@@ -20,6 +20,7 @@
 #include "broker.h"
 #include "reload.h"
 #include "escrow/storage/store.h"
+#include "http_server.h"
 #include "session.h"
 #include "tls.h"
 
@@ -91,6 +92,23 @@ std::unique_ptr<tcp::acceptor> open_acceptor(asio::io_context& io, const listen_
   return acceptor;
 }
 
+// [http] listen: the monitoring endpoint, its acceptor closed with the others at a stop signal.
+bool start_http(asio::io_context& io, const broker_config& config, http_context& http,
+                std::vector<std::unique_ptr<tcp::acceptor>>& acceptors) {
+  if (!config.http_listen) return true;
+  auto acceptor = open_acceptor(io, *config.http_listen);
+  if (!acceptor) return false;
+  auto bound = acceptor->local_endpoint();
+  spdlog::info("http listening on {}:{}", bound.address().to_string(), bound.port());
+  if (!bound.address().is_loopback())
+    spdlog::warn("http: {} is not a loopback address: /metrics and /status are open to the network, without "
+                 "authentication; bind [http] listen to 127.0.0.1 unless that is intended",
+                 bound.address().to_string());
+  start_http_server(*acceptor, http);
+  acceptors.push_back(std::move(acceptor));
+  return true;
+}
+
 }  // namespace
 
 int run_server(const broker_config& config) {
@@ -137,12 +155,14 @@ int run_server(const broker_config& config) {
   }
 
   session_registry registry;
+  http_context http(core);
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
   // Installed before anything says "ready": a SIGTERM right after that must stop us cleanly.
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int signal) {
     if (ec) return;
     spdlog::info("signal {}: stopping", signal);
+    http.listeners_up = false;
     for (auto& a : acceptors) {
       boost::system::error_code ignored;
       a->close(ignored);
@@ -182,6 +202,13 @@ int run_server(const broker_config& config) {
     asio::co_spawn(io, accept_loop(*acceptor, core, config, registry, tls_contexts[i].get()), asio::detached);
     acceptors.push_back(std::move(acceptor));
   }
+  for (const auto& a : acceptors) {
+    auto bound = a->local_endpoint();
+    http.listeners.push_back(bound.address().to_string() + ":" + std::to_string(bound.port()));
+  }
+  for (std::size_t i = 0; i < config.tls_listeners.size(); ++i) http.listeners[config.listen.size() + i] += " (tls)";
+  if (!start_http(io, config, http, acceptors)) return 1;
+  http.listeners_up = true;
   spdlog::info("escrowd ready, data in {}", config.data_dir);
 
   std::vector<std::thread> pool;

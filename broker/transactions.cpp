@@ -56,6 +56,8 @@ void broker::impl::apply_commit(const rm::branch_work& work) {
       queue_ptr q = find_by_id(t.key.queue_id);
       if (!q) continue;  // a non-durable subscription that went away meanwhile
       if (t.stored) q->release_hold(t.key);
+      ++q->counters.enqueued;
+      ++q->counters.depth;
       q->push(queue_entry{t.key, 0, t.stored, s.msg});
       touched.push_back(q);
     }
@@ -68,6 +70,7 @@ void broker::impl::apply_commit(const rm::branch_work& work) {
       offer_again(q, queue_entry{c.key, c.delivery_count + 1, c.stored, c.msg});
       touched.push_back(q);
     } else {
+      q->counters.removed(q->counters.acknowledged);
       q->release_hold(c.key);
     }
   }
@@ -111,8 +114,15 @@ void broker::impl::carry_out(rm::resource_manager::reply r, std::function<void(i
             holds.emplace_back(q, t.key);
           }
   }
-  auto complete = [this, commits, rolls_back, done = std::move(done), holds = std::move(holds)](
+  // Latency for the metrics: from the frame's turn on the core to its answer.
+  latency_histogram* latency = r.act == rm::action::prepare ? &prepare_latency
+                               : (r.act == rm::action::commit_one_phase || r.act == rm::action::commit_prepared)
+                                   ? &commit_latency
+                                   : nullptr;
+  auto started = std::chrono::steady_clock::now();
+  auto complete = [this, commits, rolls_back, done = std::move(done), holds = std::move(holds), latency, started](
                       rm::resource_manager::reply& reply, const storage::status& s) {
+    if (latency) latency->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     for (auto& [q, k] : holds) q->release_hold(k);
     if (!s.ok()) spdlog::error("branch {}: {}", reply.target ? reply.target->id.to_string() : "?", s.message());
     int code = rm.finish(reply, s);

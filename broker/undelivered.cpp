@@ -111,6 +111,8 @@ void broker::impl::submit_moves(storage::batch b, std::vector<move_plan> plans) 
     for (auto& p : plans) {
       p.from->release_hold(p.old.key);
       if (stored) {
+        queue_counters& n = p.from->counters;
+        n.removed(p.reason == move_reason::expired ? n.expired : n.dead_lettered);
         if (p.to.empty()) continue;  // dropped (logged when planned)
         const message& copy = *p.to.front().second.msg;
         spdlog::log(p.by_reaper ? spdlog::level::debug : spdlog::level::info,
@@ -147,6 +149,7 @@ void broker::impl::offer_again(const queue_ptr& q, queue_entry e) {
     plan_move(q, std::move(e), move_reason::max_delivery_attempts, b, plans);
     return submit_moves(std::move(b), std::move(plans));
   }
+  ++q->counters.redelivered;
   const address_settings& s = settings_for(q->address());
   double spread = 0.0;
   if (s.collision_avoidance_factor > 0) spread = std::uniform_real_distribution<double>(-1.0, 1.0)(random);

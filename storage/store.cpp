@@ -18,6 +18,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <cstdio>
 #include <mutex>
 #include <thread>
@@ -68,10 +69,23 @@ struct store::impl {
   bool stopping = false;              // guarded by mutex
   std::thread committer;
 
-  bool failed = false;  // committer thread only: sticky after a failed commit
+  // Sticky after a failed commit. Written by the committer only; atomic so that stats() and
+  // writable() may read it from any thread.
+  std::atomic<bool> failed{false};
   std::chrono::steady_clock::time_point last_trim;  // committer thread only
   std::atomic<std::uint64_t> commits{0};
   std::atomic<std::uint64_t> batches{0};
+  // Metrics histograms, written by the committer only (relaxed atomics, no lock; see
+  // docs/locking.md). Bucket i counts values <= kBatchBounds[i]; the last bucket the rest.
+  static constexpr double kBatchBounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+  static constexpr double kFsyncBounds[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                            0.025,  0.05,    0.1,    0.25,  0.5,    1,    2.5};
+  std::atomic<std::uint64_t> batch_buckets[std::size(kBatchBounds) + 1] = {};
+  std::atomic<std::uint64_t> batch_sum{0};
+  std::atomic<std::uint64_t> fsync_buckets[std::size(kFsyncBounds) + 1] = {};
+  std::atomic<std::uint64_t> fsync_nanoseconds{0};
+  void observe_group(std::uint64_t batch_count);
+  void observe_fsync(std::chrono::steady_clock::duration d);
 
   ~impl() {
     if (env) mdb_env_close(env);
@@ -293,7 +307,9 @@ int store::impl::apply_group(std::vector<pending_batch>& group, bool isolated, M
 // Makes the group committed last durable with an explicit sync, then reports it.
 void store::impl::sync_and_complete(std::vector<pending_batch>& unsynced) {
   if (unsynced.empty()) return;
+  auto started = std::chrono::steady_clock::now();
   int rc = mdb_env_sync(env, 1);
+  observe_fsync(std::chrono::steady_clock::now() - started);
   if (rc != 0) {
     failed = true;
     status s = from_lmdb(rc, "storage sync failed; the store refuses writes until escrowd restarts");
@@ -350,10 +366,13 @@ void store::impl::run_committer() {
       }
       if (rc == 0) {
         // Syncs this group's data pages (and with them the previous group's meta page).
+        auto started = std::chrono::steady_clock::now();
         rc = mdb_txn_commit(txn);
+        observe_fsync(std::chrono::steady_clock::now() - started);
         if (rc == 0) {
           commits.fetch_add(1, std::memory_order_relaxed);
           batches.fetch_add(applied, std::memory_order_relaxed);
+          observe_group(applied);
           complete(unsynced);  // durable now
           unsynced.swap(group);
           trim_resident_pages();
@@ -474,11 +493,12 @@ status store::get(table t, std::string_view key, std::string& value) const {
   return from_lmdb(rc, std::string("read from ") + table_name(t));
 }
 
-status store::scan(table t, std::string_view from, std::string_view prefix, const visitor& visit) const {
-  read_txn r(impl_->env);
-  if (r.rc != 0) return from_lmdb(r.rc, "cannot begin a read");
+namespace {
+// Visits the keys of `dbi` from `from` with `prefix` in read transaction `txn`.
+status scan_in(MDB_txn* txn, MDB_dbi dbi, table t, std::string_view from, std::string_view prefix,
+               const store::visitor& visit) {
   MDB_cursor* cursor = nullptr;
-  int rc = mdb_cursor_open(r.txn, impl_->dbi[static_cast<int>(t)], &cursor);
+  int rc = mdb_cursor_open(txn, dbi, &cursor);
   if (rc != 0) return from_lmdb(rc, "cannot open a cursor");
   // Every key with the prefix sorts at or after the prefix itself, so a `from` below it starts
   // there; starting at `from` would stop at the first key before the prefix.
@@ -495,6 +515,28 @@ status store::scan(table t, std::string_view from, std::string_view prefix, cons
   if (rc == MDB_NOTFOUND) rc = 0;
   return from_lmdb(rc, std::string("scan of ") + table_name(t));
 }
+}  // namespace
+
+status store::scan(table t, std::string_view from, std::string_view prefix, const visitor& visit) const {
+  read_txn r(impl_->env);
+  if (r.rc != 0) return from_lmdb(r.rc, "cannot begin a read");
+  return scan_in(r.txn, impl_->dbi[static_cast<int>(t)], t, from, prefix, visit);
+}
+
+store::read_snapshot::~read_snapshot() { mdb_txn_abort(static_cast<MDB_txn*>(txn_)); }
+
+status store::snapshot(std::unique_ptr<read_snapshot>& out) const {
+  MDB_txn* txn = nullptr;
+  int rc = mdb_txn_begin(impl_->env, nullptr, MDB_RDONLY, &txn);
+  if (rc != 0) return from_lmdb(rc, "cannot begin a read");
+  out.reset(new read_snapshot(txn));
+  return {};
+}
+
+status store::scan(const read_snapshot& at, table t, std::string_view from, std::string_view prefix,
+                   const visitor& visit) const {
+  return scan_in(static_cast<MDB_txn*>(at.txn_), impl_->dbi[static_cast<int>(t)], t, from, prefix, visit);
+}
 
 status store::last_key(table t, std::string& key) const {
   read_txn r(impl_->env);
@@ -509,8 +551,51 @@ status store::last_key(table t, std::string& key) const {
   return from_lmdb(rc, std::string("last key of ") + table_name(t));
 }
 
-commit_stats store::stats() const {
-  return {impl_->commits.load(std::memory_order_relaxed), impl_->batches.load(std::memory_order_relaxed)};
+void store::impl::observe_group(std::uint64_t batch_count) {
+  std::size_t i = 0;
+  while (i < std::size(kBatchBounds) && static_cast<double>(batch_count) > kBatchBounds[i]) ++i;
+  batch_buckets[i].fetch_add(1, std::memory_order_relaxed);
+  batch_sum.fetch_add(batch_count, std::memory_order_relaxed);
 }
+
+void store::impl::observe_fsync(std::chrono::steady_clock::duration d) {
+  double seconds = std::chrono::duration<double>(d).count();
+  std::size_t i = 0;
+  while (i < std::size(kFsyncBounds) && seconds > kFsyncBounds[i]) ++i;
+  fsync_buckets[i].fetch_add(1, std::memory_order_relaxed);
+  fsync_nanoseconds.fetch_add(static_cast<std::uint64_t>(std::chrono::nanoseconds(d).count()),
+                              std::memory_order_relaxed);
+}
+
+commit_stats store::stats() const {
+  const impl& m = *impl_;
+  commit_stats s;
+  s.commits = m.commits.load(std::memory_order_relaxed);
+  s.batches = m.batches.load(std::memory_order_relaxed);
+  s.writable = !m.failed.load(std::memory_order_relaxed);
+  s.batches_per_commit_bounds.assign(std::begin(impl::kBatchBounds), std::end(impl::kBatchBounds));
+  for (const auto& b : m.batch_buckets) s.batches_per_commit.push_back(b.load(std::memory_order_relaxed));
+  s.batches_per_commit_sum = m.batch_sum.load(std::memory_order_relaxed);
+  s.fsync_bounds_seconds.assign(std::begin(impl::kFsyncBounds), std::end(impl::kFsyncBounds));
+  for (const auto& b : m.fsync_buckets) {
+    s.fsync.push_back(b.load(std::memory_order_relaxed));
+    s.fsync_count += s.fsync.back();
+  }
+  s.fsync_seconds_sum = static_cast<double>(m.fsync_nanoseconds.load(std::memory_order_relaxed)) / 1e9;
+  // mdb_env_info and mdb_env_stat read the current meta page without a transaction: a value a
+  // commit later may be stale, which is all a gauge needs.
+  MDB_envinfo info{};
+  MDB_stat st{};
+  if (mdb_env_info(m.env, &info) == 0 && mdb_env_stat(m.env, &st) == 0) {
+    s.map_size_bytes = info.me_mapsize;
+    s.map_used_bytes = (static_cast<std::uint64_t>(info.me_last_pgno) + 1) * st.ms_psize;
+  }
+  std::error_code ec;
+  auto size = std::filesystem::file_size(std::filesystem::path(m.options.path) / "data.mdb", ec);
+  if (!ec) s.file_bytes = size;
+  return s;
+}
+
+bool store::writable() const { return !impl_->failed.load(std::memory_order_relaxed); }
 
 }  // namespace escrow::storage

@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "escrow/storage/batch.h"
 #include "escrow/storage/status.h"
@@ -29,10 +30,25 @@ struct store_options {
   std::size_t max_group_batches = 1024;                // at most this many batches per commit
 };
 
-// What the committer has done so far; for tests and metrics.
+// What the committer has done so far, and how full the store is; for tests and metrics
+// (docs/operations.md). The committer keeps these in atomics: stats() may be called from any
+// thread, and a snapshot is consistent per field, not across fields.
 struct commit_stats {
   std::uint64_t commits = 0;  // LMDB write transactions committed
   std::uint64_t batches = 0;  // batches completed successfully
+  bool writable = true;       // false once a commit or sync failed (sticky until restart)
+  // Histograms: counts[i] is the number of observations in bucket i alone (at most bounds[i],
+  // above bounds[i-1]); the last count is above every bound.
+  std::vector<double> batches_per_commit_bounds;
+  std::vector<std::uint64_t> batches_per_commit;
+  std::uint64_t batches_per_commit_sum = 0;
+  std::vector<double> fsync_bounds_seconds;
+  std::vector<std::uint64_t> fsync;  // mdb_txn_commit (syncs data pages) and mdb_env_sync calls
+  double fsync_seconds_sum = 0;
+  std::uint64_t fsync_count = 0;
+  std::uint64_t map_size_bytes = 0;  // the map LMDB reserved
+  std::uint64_t map_used_bytes = 0;  // (last page number + 1) * page size
+  std::uint64_t file_bytes = 0;      // data.mdb's size on disk
 };
 
 class store {
@@ -63,10 +79,31 @@ class store {
   using visitor = std::function<bool(std::string_view key, std::string_view value)>;
   status scan(table t, std::string_view from, std::string_view prefix, const visitor& visit) const;
 
+  // A read view of the store as it is at this call, to scan later from one other thread (the
+  // broker counts its queues in the background at start). Release it soon: LMDB keeps every page
+  // it sees until then.
+  class read_snapshot {
+   public:
+    ~read_snapshot();
+    read_snapshot(const read_snapshot&) = delete;
+    read_snapshot& operator=(const read_snapshot&) = delete;
+
+   private:
+    friend class store;
+    explicit read_snapshot(void* txn) : txn_(txn) {}
+    void* txn_;  // MDB_txn*
+  };
+  status snapshot(std::unique_ptr<read_snapshot>& out) const;
+  // scan() over a snapshot instead of the store as it is now.
+  status scan(const read_snapshot& at, table t, std::string_view from, std::string_view prefix,
+              const visitor& visit) const;
+
   // The largest key in `t`, or not_found when the table is empty.
   status last_key(table t, std::string& key) const;
 
   commit_stats stats() const;
+  // False once a commit or sync failed: every later write is refused until escrowd restarts.
+  bool writable() const;
 
  private:
   struct impl;

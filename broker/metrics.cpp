@@ -1,0 +1,164 @@
+// The Prometheus text exposition format (0.0.4) of a metrics snapshot. Pure: no I/O, no state.
+// Every family gets its HELP and TYPE lines even when it has no samples, so that a dashboard sees
+// the name from the first scrape. docs/operations.md lists each metric with its meaning.
+#include "metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace escrow::broker {
+
+std::vector<double> latency_bounds() {
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+}
+
+latency_histogram::latency_histogram() {
+  h_.bounds = latency_bounds();
+  h_.counts.assign(h_.bounds.size() + 1, 0);
+}
+
+void latency_histogram::observe(double seconds) {
+  auto it = std::lower_bound(h_.bounds.begin(), h_.bounds.end(), seconds);  // first bound >= value
+  ++h_.counts[static_cast<std::size_t>(it - h_.bounds.begin())];
+  h_.sum += seconds;
+  ++h_.count;
+}
+
+std::string escape_label_value(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+std::string format_value(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{}", static_cast<long long>(v));
+  return fmt::format("{}", v);
+}
+
+void append_histogram(std::string& out, std::string_view name, std::string_view labels, const histogram& h) {
+  std::string sep = labels.empty() ? "" : std::string(labels) + ",";
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < h.bounds.size(); ++i) {
+    if (i < h.counts.size()) cumulative += h.counts[i];
+    out += fmt::format("{}_bucket{{{}le=\"{}\"}} {}\n", name, sep, format_value(h.bounds[i]), cumulative);
+  }
+  // The +Inf bucket is the total count by definition, whatever the per-bucket counts say.
+  out += fmt::format("{}_bucket{{{}le=\"+Inf\"}} {}\n", name, sep, h.count);
+  std::string braces = labels.empty() ? "" : "{" + std::string(labels) + "}";
+  out += fmt::format("{}_sum{} {}\n", name, braces, format_value(h.sum));
+  out += fmt::format("{}_count{} {}\n", name, braces, h.count);
+}
+
+namespace {
+
+void family(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+void sample(std::string& out, std::string_view name, double v) {
+  out += fmt::format("{} {}\n", name, format_value(v));
+}
+
+// One family with a sample per queue, labelled by queue name and kind.
+template <typename Field>
+void per_queue(std::string& out, const metrics_snapshot& s, std::string_view name, std::string_view type,
+               std::string_view help, Field field) {
+  family(out, name, type, help);
+  for (const auto& q : s.queues)
+    out += fmt::format("{}{{queue=\"{}\",kind=\"{}\"}} {}\n", name, escape_label_value(q.name), q.kind,
+                       field(q));
+}
+
+}  // namespace
+
+std::string write_prometheus(const metrics_snapshot& s) {
+  std::string out;
+  out.reserve(4096 + 1024 * s.queues.size());
+
+  family(out, "escrow_build_info", "gauge", "Always 1; the version label names the running escrowd.");
+  out += fmt::format("escrow_build_info{{version=\"{}\"}} 1\n", escape_label_value(s.version));
+  family(out, "escrow_uptime_seconds", "gauge", "Seconds since escrowd started.");
+  sample(out, "escrow_uptime_seconds", s.uptime_seconds);
+  family(out, "escrow_connections", "gauge", "STOMP connections open now.");
+  sample(out, "escrow_connections", static_cast<double>(s.connections));
+  family(out, "escrow_failed_logins_total", "counter",
+         "CONNECT frames refused for their credentials (always 0 until users exist).");
+  sample(out, "escrow_failed_logins_total", static_cast<double>(s.failed_logins));
+
+  // Per queue.
+  using q = const queue_metrics&;
+  per_queue(out, s, "escrow_queue_messages_enqueued_total", "counter",
+            "Messages made visible in the queue (sent, committed, moved in).", [](q m) { return m.enqueued; });
+  per_queue(out, s, "escrow_queue_messages_delivered_total", "counter",
+            "Messages handed to a consumer, redeliveries included.", [](q m) { return m.delivered; });
+  per_queue(out, s, "escrow_queue_messages_acknowledged_total", "counter",
+            "Messages removed from the queue by an acknowledgement.", [](q m) { return m.acknowledged; });
+  per_queue(out, s, "escrow_queue_messages_expired_total", "counter",
+            "Messages removed from the queue because they expired.", [](q m) { return m.expired; });
+  per_queue(out, s, "escrow_queue_messages_dead_lettered_total", "counter",
+            "Messages removed from the queue after max-delivery-attempts.", [](q m) { return m.dead_lettered; });
+  per_queue(out, s, "escrow_queue_messages_redelivered_total", "counter",
+            "Messages returned to the queue for redelivery (NACK, rollback, consumer gone).",
+            [](q m) { return m.redelivered; });
+  per_queue(out, s, "escrow_queue_depth", "gauge",
+            "Messages in the queue: ready, in flight or held by a transaction.", [](q m) { return m.depth; });
+  per_queue(out, s, "escrow_queue_in_flight", "gauge", "Messages delivered and not yet acknowledged.",
+            [](q m) { return m.in_flight; });
+  per_queue(out, s, "escrow_queue_consumers", "gauge", "Subscriptions consuming from the queue.",
+            [](q m) { return m.consumers; });
+
+  // Undelivered, broker-wide.
+  family(out, "escrow_messages_expired_total", "counter", "Expired messages moved to an expiry address.");
+  sample(out, "escrow_messages_expired_total", static_cast<double>(s.expired));
+  family(out, "escrow_messages_expired_dropped_total", "counter",
+         "Expired messages dropped: no expiry address, or nothing listening to it.");
+  sample(out, "escrow_messages_expired_dropped_total", static_cast<double>(s.expired_dropped));
+  family(out, "escrow_messages_dead_lettered_total", "counter", "Messages moved to a dead letter address.");
+  sample(out, "escrow_messages_dead_lettered_total", static_cast<double>(s.dead_lettered));
+  family(out, "escrow_messages_dead_letters_dropped_total", "counter",
+         "Dead letters dropped: no dead letter address, or nothing listening to it.");
+  sample(out, "escrow_messages_dead_letters_dropped_total", static_cast<double>(s.dead_letters_dropped));
+
+  // Transactions.
+  family(out, "escrow_branches", "gauge", "Transaction branches (XA and local) by state.");
+  for (const auto& [state, n] : s.branches_by_state)
+    out += fmt::format("escrow_branches{{state=\"{}\"}} {}\n", escape_label_value(state), n);
+  family(out, "escrow_prepare_seconds", "histogram",
+         "Time from an XA-PREPARE frame to its answer, the prepared record durable.");
+  append_histogram(out, "escrow_prepare_seconds", "", s.prepare_seconds);
+  family(out, "escrow_commit_seconds", "histogram",
+         "Time from a commit (XA-COMMIT, one-phase, local COMMIT) to its answer, the work applied.");
+  append_histogram(out, "escrow_commit_seconds", "", s.commit_seconds);
+
+  // Storage.
+  family(out, "escrow_store_writable", "gauge", "1 while the store takes writes; 0 after a failed commit.");
+  sample(out, "escrow_store_writable", s.store.writable ? 1 : 0);
+  family(out, "escrow_store_commits_total", "counter", "LMDB write transactions committed (group commits).");
+  sample(out, "escrow_store_commits_total", static_cast<double>(s.store.commits));
+  family(out, "escrow_store_batches_total", "counter", "Batches stored (each a durable change).");
+  sample(out, "escrow_store_batches_total", static_cast<double>(s.store.batches));
+  family(out, "escrow_store_batches_per_commit", "histogram", "Batches merged into one group commit.");
+  append_histogram(out, "escrow_store_batches_per_commit", "", s.store.batches_per_commit);
+  family(out, "escrow_store_fsync_seconds", "histogram",
+         "Duration of each durable sync: an LMDB commit (data pages) or an explicit meta page sync.");
+  append_histogram(out, "escrow_store_fsync_seconds", "", s.store.fsync_seconds);
+  family(out, "escrow_store_map_size_bytes", "gauge", "The LMDB map size (storage.map-size).");
+  sample(out, "escrow_store_map_size_bytes", static_cast<double>(s.store.map_size_bytes));
+  family(out, "escrow_store_map_used_bytes", "gauge", "Bytes of the map in use (up to the last page written).");
+  sample(out, "escrow_store_map_used_bytes", static_cast<double>(s.store.map_used_bytes));
+  family(out, "escrow_store_file_bytes", "gauge", "Size of data.mdb on disk.");
+  sample(out, "escrow_store_file_bytes", static_cast<double>(s.store.file_bytes));
+  return out;
+}
+
+}  // namespace escrow::broker

@@ -1,0 +1,100 @@
+// Metrics: the snapshot of the broker's counters that /metrics, /status and /health are made from,
+// and the pure writers that turn one into the Prometheus text exposition format or JSON.
+//
+// Threads: a metrics_snapshot is a plain value. The core strand builds it (broker::collect_metrics)
+// and hands it to whoever asked; the writers are pure functions, safe from any thread.
+// latency_histogram is not thread-safe: each one has a single owner (the core strand for the
+// prepare and commit latencies).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace escrow::broker {
+
+// A fixed-bucket histogram. counts[i] is the number of observations in bucket i alone (not
+// cumulative): at most bounds[i] and above bounds[i-1]; counts.back() is the +Inf bucket.
+struct histogram {
+  std::vector<double> bounds;  // ascending upper bounds
+  std::vector<std::uint64_t> counts;
+  double sum = 0;
+  std::uint64_t count = 0;
+};
+
+// Latency in seconds, owned by one thread.
+class latency_histogram {
+ public:
+  latency_histogram();
+  void observe(double seconds);
+  const histogram& value() const { return h_; }
+
+ private:
+  histogram h_;
+};
+
+// The bounds used for latencies (seconds): 100 µs to 10 s.
+std::vector<double> latency_bounds();
+
+// One queue (or durable or non-durable topic subscription) as the core sees it.
+struct queue_metrics {
+  std::string name;
+  std::string kind;  // "queue", "durable-subscription", "subscription"
+  std::uint64_t enqueued = 0;       // messages made visible (sent, committed, moved in)
+  std::uint64_t delivered = 0;      // handed to a consumer (redeliveries included)
+  std::uint64_t acknowledged = 0;   // removed by an acknowledgement (or auto ack)
+  std::uint64_t expired = 0;        // removed because they expired
+  std::uint64_t dead_lettered = 0;  // removed after max-delivery-attempts
+  std::uint64_t redelivered = 0;    // returned for redelivery (NACK, rollback, consumer gone)
+  std::uint64_t depth = 0;          // messages in the queue: ready, in flight or held
+  std::uint64_t in_flight = 0;      // delivered, not yet acknowledged
+  std::uint64_t consumers = 0;
+};
+
+struct store_metrics {
+  bool writable = true;  // false after a failed commit (sticky until restart)
+  std::uint64_t commits = 0;
+  std::uint64_t batches = 0;
+  histogram batches_per_commit;
+  histogram fsync_seconds;
+  std::uint64_t map_size_bytes = 0;  // the configured map (address space)
+  std::uint64_t map_used_bytes = 0;  // pages in use up to the last one written
+  std::uint64_t file_bytes = 0;      // data.mdb on disk
+};
+
+struct metrics_snapshot {
+  std::string version;
+  double uptime_seconds = 0;
+  std::vector<std::string> listeners;  // "HOST:PORT" (", tls" appended for TLS ones)
+  bool listeners_up = false;
+  std::uint64_t connections = 0;
+  std::uint64_t failed_logins = 0;  // always 0 until users and passwords exist (docs/operations.md)
+  // Messages that left their queues unacknowledged, broker-wide (undelivered_counters).
+  std::uint64_t expired = 0;
+  std::uint64_t expired_dropped = 0;
+  std::uint64_t dead_lettered = 0;
+  std::uint64_t dead_letters_dropped = 0;
+  std::map<std::string, std::uint64_t> branches_by_state;  // every state, 0 included
+  histogram prepare_seconds;
+  histogram commit_seconds;
+  store_metrics store;
+  std::vector<queue_metrics> queues;  // by name
+};
+
+// The Prometheus text exposition format (version 0.0.4) of a snapshot.
+std::string write_prometheus(const metrics_snapshot& s);
+// /status: one JSON object.
+std::string write_status_json(const metrics_snapshot& s);
+
+// Building blocks, exposed for the unit tests.
+// A label value with \ " and newline escaped as the format requires.
+std::string escape_label_value(std::string_view v);
+// A sample value: integers without a fraction, +Inf/-Inf/NaN spelled as Prometheus does.
+std::string format_value(double v);
+// Appends a histogram's _bucket (cumulative, ending with le="+Inf"), _sum and _count lines.
+// `labels` is either empty or `name="value",...` without braces.
+void append_histogram(std::string& out, std::string_view name, std::string_view labels, const histogram& h);
+
+}  // namespace escrow::broker

@@ -1,0 +1,127 @@
+// The core's side of the metrics: the snapshot built on the core strand from its own state, the
+// store's counters (atomics, any thread) and the resource manager's branches; and the per-queue
+// depth counted from storage at open.
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "core.h"
+#include "escrow/storage/schema.h"
+#include "escrow/storage/store.h"
+
+namespace escrow::broker {
+
+namespace {
+
+histogram to_histogram(const std::vector<double>& bounds, const std::vector<std::uint64_t>& counts, double sum) {
+  histogram h;
+  h.bounds = bounds;
+  h.counts = counts;
+  h.sum = sum;
+  for (auto n : counts) h.count += n;
+  return h;
+}
+
+const char* kind_name(queue::kind k) {
+  switch (k) {
+    case queue::kind::queue: return "queue";
+    case queue::kind::durable_subscription: return "durable-subscription";
+    case queue::kind::subscription: return "subscription";
+  }
+  return "queue";
+}
+
+}  // namespace
+
+// Depth must be right after a restart, and the entries table is the truth; but start-up may not
+// grow with the number of stored messages (DESIGN.md, invariant 7). So a read snapshot is taken at
+// open, before any change, and a background thread walks its entry keys and counts them by queue;
+// the core adds the counts to the depths it has been keeping since open (which may be negative
+// meanwhile). Until then /metrics shows the changes since start only.
+storage::status broker::impl::count_depths() {
+  std::unique_ptr<storage::store::read_snapshot> at;
+  if (storage::status s = store.snapshot(at); !s.ok()) return s;
+  depth_counter = std::thread([this, at = std::shared_ptr<storage::store::read_snapshot>(std::move(at))] {
+    auto started = std::chrono::steady_clock::now();
+    auto counts = std::make_shared<std::unordered_map<std::uint32_t, std::uint64_t>>();
+    std::uint64_t total = 0;
+    storage::status s = store.scan(*at, storage::table::entries, {}, {}, [&](std::string_view k, std::string_view) {
+      storage::entry_key key;
+      if (storage::entry_key::decode(k, key)) {
+        ++(*counts)[key.queue_id];
+        ++total;
+      }
+      return !stopping.load(std::memory_order_relaxed);
+    });
+    if (!s.ok() || stopping.load()) {
+      if (!s.ok()) spdlog::error("counting the stored messages of each queue: {}; depths count from start", s.message());
+      return;
+    }
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
+    post([this, counts, total, ms] {
+      for (auto& [id, n] : *counts)
+        if (queue_ptr q = find_by_id(id)) q->counters.depth += static_cast<std::int64_t>(n);
+      spdlog::info("counted {} stored messages in {} queues in {} ms (in the background)", total, counts->size(), ms);
+    });
+  });
+  return {};
+}
+
+metrics_snapshot broker::impl::snapshot() const {
+  metrics_snapshot s;
+  s.connections = connections.size();
+  s.expired = undelivered.expired;
+  s.expired_dropped = undelivered.expired_dropped;
+  s.dead_lettered = undelivered.dead_lettered;
+  s.dead_letters_dropped = undelivered.dead_letters_dropped;
+  for (auto state : {rm::branch_state::active, rm::branch_state::idle, rm::branch_state::prepared,
+                     rm::branch_state::rollback_only, rm::branch_state::heuristic_committed,
+                     rm::branch_state::heuristic_rolled_back, rm::branch_state::heuristic_mixed,
+                     rm::branch_state::rolled_back})
+    s.branches_by_state[rm::to_string(state)] = 0;
+  for (const auto& [id, b] : rm.branches()) ++s.branches_by_state[rm::to_string(b->state)];
+  s.prepare_seconds = prepare_latency.value();
+  s.commit_seconds = commit_latency.value();
+
+  storage::commit_stats st = store.stats();
+  s.store.writable = st.writable;
+  s.store.commits = st.commits;
+  s.store.batches = st.batches;
+  s.store.batches_per_commit = to_histogram(st.batches_per_commit_bounds, st.batches_per_commit,
+                                            static_cast<double>(st.batches_per_commit_sum));
+  s.store.fsync_seconds = to_histogram(st.fsync_bounds_seconds, st.fsync, st.fsync_seconds_sum);
+  s.store.map_size_bytes = st.map_size_bytes;
+  s.store.map_used_bytes = st.map_used_bytes;
+  s.store.file_bytes = st.file_bytes;
+
+  // In flight: every unacknowledged delivery, by the queue it came from.
+  std::unordered_map<const queue*, std::uint64_t> in_flight;
+  for (const auto& [cid, c] : connections)
+    for (const auto& [sid, sub] : c->subscriptions)
+      for (const auto& [tag, d] : sub->unacked) ++in_flight[d.source.get()];
+  s.queues.reserve(queues.size());
+  for (const auto& [key, q] : queues) {
+    queue_metrics m;
+    m.name = q->name();
+    m.kind = kind_name(q->type());
+    const queue_counters& n = q->counters;
+    m.enqueued = n.enqueued;
+    m.delivered = n.delivered;
+    m.acknowledged = n.acknowledged;
+    m.expired = n.expired;
+    m.dead_lettered = n.dead_lettered;
+    m.redelivered = n.redelivered;
+    m.depth = n.depth > 0 ? static_cast<std::uint64_t>(n.depth) : 0;
+    auto f = in_flight.find(q.get());
+    m.in_flight = f == in_flight.end() ? 0 : f->second;
+    m.consumers = q->consumers().size();
+    s.queues.push_back(std::move(m));
+  }
+  return s;
+}
+
+void broker::collect_metrics(std::function<void(metrics_snapshot)> done) {
+  impl_->post([m = impl_.get(), done = std::move(done)] { done(m->snapshot()); });
+}
+
+}  // namespace escrow::broker

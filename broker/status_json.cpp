@@ -1,0 +1,71 @@
+// /status: a metrics snapshot as one JSON object, written by hand (a few fields, no parser needed).
+// Pure: no I/O, no state. docs/operations.md shows an example.
+#include <fmt/format.h>
+
+#include "metrics.h"
+
+namespace escrow::broker {
+
+namespace {
+
+std::string quoted(std::string_view v) {
+  std::string out = "\"";
+  for (unsigned char c : v) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) out += fmt::format("\\u{:04x}", c);
+        else out += static_cast<char>(c);  // UTF-8 passes through as it is
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string write_status_json(const metrics_snapshot& s) {
+  std::string out = "{";
+  out += fmt::format("\"version\":{},\"uptime_seconds\":{:.3f},", quoted(s.version), s.uptime_seconds);
+  out += "\"listeners\":[";
+  for (std::size_t i = 0; i < s.listeners.size(); ++i) out += (i ? "," : "") + quoted(s.listeners[i]);
+  out += fmt::format("],\"listeners_up\":{},\"connections\":{},", s.listeners_up, s.connections);
+  out += fmt::format(
+      "\"store\":{{\"writable\":{},\"commits\":{},\"batches\":{},\"map_size_bytes\":{},\"map_used_bytes\":{},"
+      "\"file_bytes\":{}}},",
+      s.store.writable, s.store.commits, s.store.batches, s.store.map_size_bytes, s.store.map_used_bytes,
+      s.store.file_bytes);
+  std::uint64_t enqueued = 0, acknowledged = 0, depth = 0;
+  for (const auto& q : s.queues) {
+    enqueued += q.enqueued;
+    acknowledged += q.acknowledged;
+    depth += q.depth;
+  }
+  out += fmt::format(
+      "\"totals\":{{\"enqueued\":{},\"acknowledged\":{},\"depth\":{},\"expired\":{},\"expired_dropped\":{},"
+      "\"dead_lettered\":{},\"dead_letters_dropped\":{},\"failed_logins\":{}}},",
+      enqueued, acknowledged, depth, s.expired, s.expired_dropped, s.dead_lettered, s.dead_letters_dropped,
+      s.failed_logins);
+  out += "\"branches\":{";
+  bool first = true;
+  for (const auto& [state, n] : s.branches_by_state) {
+    out += fmt::format("{}{}:{}", first ? "" : ",", quoted(state), n);
+    first = false;
+  }
+  out += "},\"queues\":[";
+  for (std::size_t i = 0; i < s.queues.size(); ++i) {
+    const auto& q = s.queues[i];
+    out += fmt::format(
+        "{}{{\"name\":{},\"kind\":{},\"depth\":{},\"in_flight\":{},\"consumers\":{},\"enqueued\":{},"
+        "\"delivered\":{},\"acknowledged\":{},\"expired\":{},\"dead_lettered\":{},\"redelivered\":{}}}",
+        i ? "," : "", quoted(q.name), quoted(q.kind), q.depth, q.in_flight, q.consumers, q.enqueued, q.delivered,
+        q.acknowledged, q.expired, q.dead_lettered, q.redelivered);
+  }
+  out += "]}\n";
+  return out;
+}
+
+}  // namespace escrow::broker
