@@ -660,3 +660,33 @@ TEST_SUITE("storage/store") {
     for (int i = 0; i < 20; ++i) put_and_wait(*s, table::messages, message_key(1000 + i), std::string(3000, 'z'));
   }
 }
+
+TEST_SUITE("storage/store/snapshot") {
+  TEST_CASE("a read snapshot sees the store as it was when taken, from another thread") {
+    temp_dir dir;
+    auto s = open_store(dir.path());
+    put_and_wait(*s, table::entries, "a", "1");
+    put_and_wait(*s, table::entries, "b", "2");
+    std::unique_ptr<store::read_snapshot> at;
+    REQUIRE(s->snapshot(at).ok());
+    put_and_wait(*s, table::entries, "c", "3");  // after the snapshot: not in it
+
+    std::vector<std::string> seen;
+    std::thread reader([&] {
+      REQUIRE(s->scan(*at, table::entries, {}, {}, [&](std::string_view k, std::string_view) {
+        seen.emplace_back(k);
+        return true;
+      }).ok());
+    });
+    reader.join();
+    CHECK(seen == std::vector<std::string>{"a", "b"});
+    at.reset();  // releases the read transaction
+
+    int now = 0;
+    REQUIRE(s->scan(table::entries, {}, {}, [&](std::string_view, std::string_view) {
+      ++now;
+      return true;
+    }).ok());
+    CHECK(now == 3);
+  }
+}
