@@ -30,7 +30,8 @@ broker::impl::impl(asio::io_context& io, storage::store& s, const broker_config&
     : store(s), config(c), rm(std::chrono::milliseconds(c.branch_timeout_ms)) {
   auto strand = asio::make_strand(io);
   post = [strand](std::function<void()> fn) { asio::post(strand, std::move(fn)); };
-  timers.reset(new core_timers{asio::steady_timer(strand), asio::steady_timer(strand), asio::steady_timer(strand)});
+  timers.reset(new core_timers{asio::steady_timer(strand), asio::steady_timer(strand), asio::steady_timer(strand),
+                               asio::steady_timer(strand)});
 }
 
 broker::impl::~impl() {

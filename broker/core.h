@@ -121,6 +121,7 @@ struct broker::impl {
   std::unordered_map<std::string, address_settings> settings_cache;  // by address
   std::uint64_t reap_started_ms = 0;  // the reaper pass under way: when it began, what it moved
   std::size_t reap_moved = 0;
+  bool reap_in_progress = false;  // a pass waits for its next turn: the period does not start another
 
   // Runs a function on the core strand; set up by broker.cpp, which owns the Asio strand.
   std::function<void(std::function<void()>)> post;

@@ -9,6 +9,7 @@ namespace escrow::broker {
 struct core_timers {
   boost::asio::steady_timer branch_expiry;  // rolls back branches past their timeout, once a second
   boost::asio::steady_timer reaper;         // the expiry reaper, every message-expiry-scan-period
+  boost::asio::steady_timer reaper_turn;    // the next turn of a reaper pass cut into turns
   boost::asio::steady_timer redelivery;     // the earliest delayed redelivery
 };
 

@@ -150,6 +150,24 @@ def test_reaper_moves_an_expired_message_to_the_expiry_address(broker_factory, s
     c.close()
 
 
+def test_a_pass_larger_than_one_turn_moves_every_expired_message_once(broker_factory, stomp_client):
+    # The reaper works in turns of 256 index records; 600 expired messages take three turns.
+    b = broker_factory(config=settings(DEFAULTS, head="[delivery]\nmessage-expiry-scan-period = 300\n"))
+    q = unique("bigpass")
+    c = stomp_client(b)
+    expires = str(int(time.time() * 1000) + 200)
+    pending = [c.send(f"/queue/{q}", f"e{i}", headers={"expires": expires}, wait=False) for i in range(600)]
+    c.send(f"/queue/{q}", "stays")
+    for rid in pending:
+        c.wait_receipt(rid)
+    moved = consume_all(c, "/queue/ExpiryQueue", 600, timeout=2 * TIMEOUT)
+    assert sorted(m.body for m in moved) == sorted(f"e{i}" for i in range(600))
+    assert "expiry reaper: 600 messages expired" in b.log
+    assert [m.body for m in consume_all(c, f"/queue/{q}", 1)] == ["stays"]
+    c.settle(601)  # nothing moved twice
+    c.close()
+
+
 def test_expired_with_no_expiry_address_is_dropped_and_logged(broker_factory, stomp_client):
     b = broker_factory(config=settings({"match": "#", "expiry-address": "", "dead-letter-address": "DLQ"}))
     q = unique("noexp")
