@@ -37,6 +37,7 @@ broker::impl::impl(asio::io_context& io, storage::store& s, const broker_config&
 broker::impl::~impl() {
   stopping = true;
   if (depth_counter.joinable()) depth_counter.join();
+  if (backup_worker.joinable()) backup_worker.join();
 }
 
 // Once a second, on the core strand: roll back branches past their timeout.
@@ -262,6 +263,8 @@ void broker::on_connect(std::uint64_t id, std::shared_ptr<outbound> out, connect
     c->out = std::move(out);
     c->info = std::move(info);
     m->connections.emplace(id, c);
+    if (!m->admit(*c)) return m->flush();
+    c->admitted = true;
     frame connected{"CONNECTED",
                     {{"version", std::string(to_string(c->info.version))},
                      {"server", std::string(kServerName)},
@@ -295,6 +298,7 @@ void broker::on_closed(std::uint64_t id) {
     if (it == m->connections.end()) return;
     connection_ptr c = it->second;
     m->connections.erase(it);
+    if (c->admitted) m->release(*c);
     c->input_closed = c->output_closed = true;
     storage::batch b;
     std::vector<queue_ptr> touched;
@@ -311,6 +315,10 @@ void broker::on_closed(std::uint64_t id) {
     for (auto& q : touched) m->dispatch(q);
     m->flush();
   });
+}
+
+void broker::set_listeners(std::vector<std::string> listeners) {
+  impl_->post([m = impl_.get(), listeners = std::move(listeners)]() mutable { m->listeners = std::move(listeners); });
 }
 
 void broker::on_writable(std::uint64_t id) {
@@ -335,6 +343,7 @@ void broker::impl::handle_frame(const connection_ptr& c, frame& f) {
   if (cmd == "CONNECT" || cmd == "STOMP") return error(*c, "already connected: a second " + cmd + " frame", &f);
   if (cmd == "BEGIN" || cmd == "COMMIT" || cmd == "ABORT") return handle_transaction(c, f);
   if (cmd.rfind("XA-", 0) == 0) return handle_xa(c, f);
+  if (cmd == "ADMIN") return handle_admin(c, f);
   error(*c, cmd + " is a server frame; a client may not send it", &f);
 }
 

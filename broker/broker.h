@@ -36,9 +36,13 @@ struct connect_info {
   std::uint64_t heartbeat_send_ms = 0;     // negotiated: server to client
   std::uint64_t heartbeat_receive_ms = 0;  // negotiated: client to server
   // TLS with client certificates: the verified certificate's subject (RFC 2253), "" otherwise.
-  // Not used yet; mapping a subject to a user comes with users and permissions.
   std::string peer_certificate_subject;
+  std::string peer;                // "IP:PORT", for logs and the admin command
+  std::string user;                // who logged in; "" when anonymous (no users file)
+  std::vector<std::string> roles;  // the user's roles (security.h)
 };
+
+class authenticator;
 
 class broker {
  public:
@@ -50,6 +54,11 @@ class broker {
   // Loads queues and durable subscriptions from storage (not their messages: those stay in LMDB
   // until a consumer needs them). Call once, before the first connection.
   storage::status open();
+
+  // Logins are checked by `a` (which must outlive the broker); without one, everyone is anonymous
+  // with every permission. Call before the first connection.
+  void use_authenticator(authenticator* a);
+  authenticator* authentication() const;  // null when anonymous. Thread-safe.
 
   // A fresh id for a new connection. Thread-safe.
   std::uint64_t new_connection_id();
@@ -66,6 +75,9 @@ class broker {
   // Builds a metrics snapshot on the core strand and calls `done` there with it (the caller posts
   // it on to its own executor; `done` must not block). Thread-safe. Defined in metrics_collect.cpp.
   void collect_metrics(std::function<void(metrics_snapshot)> done);
+
+  // The listeners as bound ("HOST:PORT", " (tls)" appended), for `escrow status`. Thread-safe.
+  void set_listeners(std::vector<std::string> listeners);
 
   // SIGHUP: takes what can change at run time from `fresh` (address settings, the reaper's period,
   // persist-delivery-count-before-delivery) and logs what changed. Thread-safe (posts to the core).

@@ -1,12 +1,14 @@
 // Reading the TOML configuration with toml++. Unknown keys and wrong types stop the broker at
 // start with the file, line and key, rather than running with a setting the user did not get.
 #include "config.h"
+#include "config_security.h"
 #include "config_tls.h"
 
 #include <fmt/format.h>
 
 #include <charconv>
 #include <functional>
+#include <limits>
 #include <map>
 #include <toml++/toml.h>
 
@@ -60,6 +62,8 @@ setter unsigned_field(T& field, std::uint64_t min = 0) {
     auto v = n.value_exact<std::int64_t>();
     if (!n.is_integer() || !v) return "must be an integer";
     if (*v < 0 || static_cast<std::uint64_t>(*v) < min) return fmt::format("must be at least {}", min);
+    if (static_cast<std::uint64_t>(*v) > std::numeric_limits<T>::max())
+      return fmt::format("must be at most {}", std::numeric_limits<T>::max());
     field = static_cast<T>(*v);
     return "";
   };
@@ -215,6 +219,10 @@ std::string apply_config(const toml::table& root, const std::string& path, broke
          std::string err = load_address_settings(path, n, config.address_settings);
          return err.empty() ? "" : "\n" + err;  // already names the file and line
        }},
+      {"security-settings", [&config, &path](const toml::node& n) -> std::string {
+         std::string err = load_security_settings(path, n, config.security_settings);
+         return err.empty() ? "" : "\n" + err;  // already names the file and line
+       }},
       {"tls-listener", [&config, &path](const toml::node& n) -> std::string {
          std::string err = load_tls_listeners(path, n, config.tls_listeners);
          return err.empty() ? "" : "\n" + err;  // already names the file and line
@@ -243,7 +251,16 @@ std::string apply_config(const toml::table& root, const std::string& path, broke
         {"max-headers", unsigned_field(config.frames.max_headers, 1)},
         {"max-header-length", unsigned_field(config.frames.max_header_length, 16)},
         {"max-pending-bytes", unsigned_field(config.max_pending_bytes, 4096)},
-        {"connect-timeout-ms", unsigned_field(config.connect_timeout_ms, 1)}}},
+        {"connect-timeout-ms", unsigned_field(config.connect_timeout_ms, 1)},
+        {"slow-consumer-timeout-ms", unsigned_field(config.slow_consumer_timeout_ms)},
+        {"max-connections", unsigned_field(config.max_connections, 1)},
+        {"max-connections-per-user", unsigned_field(config.max_connections_per_user, 1)},
+        {"max-subscriptions-per-connection", unsigned_field(config.max_subscriptions_per_connection, 1)},
+        {"max-consumer-window", unsigned_field(config.max_consumer_window, 1)},
+        {"max-branches-per-connection", unsigned_field(config.max_branches_per_connection, 1)}}},
+      {"security",
+       {{"users-file", string_field(config.users_file)},
+        {"login-backoff-max-ms", unsigned_field(config.login_backoff_max_ms)}}},
       {"delivery",
        {{"consumer-window", unsigned_field(config.consumer_window, 1)},
         {"queue-memory-window", unsigned_field(config.queue_memory_window, 1)},

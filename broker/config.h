@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "address_settings.h"
+#include "security.h"
 #include "escrow/frame.h"
 
 namespace escrow::broker {
@@ -57,6 +58,18 @@ struct broker_config {
   frame_limits frames;
   std::size_t max_pending_bytes = 4 * 1024 * 1024;  // per connection, not yet written to its socket
   std::uint64_t connect_timeout_ms = 30000;         // a connection must send CONNECT within this
+  std::uint64_t slow_consumer_timeout_ms = 60000;   // a write blocked this long closes the connection; 0: never
+  std::uint32_t max_connections = 10000;            // open at once, over every listener
+  std::uint32_t max_connections_per_user = 1000;    // open at once by one user (anonymous counts as one)
+  std::uint32_t max_subscriptions_per_connection = 1000;
+  std::uint32_t max_consumer_window = 10000;        // most unacknowledged messages a consumer may ask for
+  std::uint32_t max_branches_per_connection = 100;  // local transactions and XA branches not yet prepared
+
+  // security (docs/security.md). No users file: anonymous access with every permission, which
+  // escrowd allows only when every STOMP listener is on a loopback address.
+  std::string users_file;
+  std::vector<security_setting_entry> security_settings;  // [[security-settings]]
+  std::uint64_t login_backoff_max_ms = 10000;  // longest wait imposed on an address after failed logins
 
   // delivery
   std::uint32_t consumer_window = 1000;     // unacknowledged messages per subscription by default

@@ -23,6 +23,7 @@
 #include "metrics.h"
 #include "escrow/storage/batch.h"
 #include "queue.h"
+#include "security.h"
 
 namespace escrow::broker {
 
@@ -53,6 +54,8 @@ struct connection {
   std::unordered_map<std::uint64_t, subscription*> tag_owner;         // ack tag -> subscription
   std::uint64_t next_tag = 1;
   std::map<std::string, rm::branch_ptr> transactions;  // local transactions by STOMP name
+  std::vector<std::weak_ptr<rm::branch>> started_branches;  // XA branches it started (limits)
+  bool admitted = false;       // counted in connections_per_user
   bool input_closed = false;   // ERROR or DISCONNECT: later frames are ignored
   bool output_closed = false;  // ERROR sent or connection gone: nothing more is written
   std::string outbox;          // frames encoded during this core turn, sent at its end
@@ -68,7 +71,8 @@ struct topic {
 struct core_timers;
 
 // Why the broker moves a message out of its queue without a consumer acknowledging it.
-enum class move_reason { expired, max_delivery_attempts };
+// (moved_by_operator: `escrow move`, e.g. dead letters back to their queue.)
+enum class move_reason { expired, max_delivery_attempts, moved_by_operator };
 
 // A message on its way out of `from` (held there) to the expiry or dead letter address: once the
 // batch that moves it is durable, `to` is published; if the store refuses, `old` goes back.
@@ -87,6 +91,15 @@ struct undelivered_counters {
   std::uint64_t dead_lettered = 0;       // moved to a dead letter address
   std::uint64_t dead_letters_dropped = 0;
 };
+
+// The answer to one ADMIN frame (admin*.cpp): a RECEIPT with `admin-status` and, when ok, a JSON
+// body; otherwise `message` says what went wrong and what to do (docs/operations.md).
+struct admin_outcome {
+  std::string status = "ok";  // ok, not-found, refused, invalid
+  std::string message;        // set when status is not ok
+  std::string json;           // the body when ok
+};
+using admin_done = std::function<void(admin_outcome)>;
 
 // A SEND, validated and routed: the message and its entry in each target queue.
 struct routed_message {
@@ -123,6 +136,23 @@ struct broker::impl {
   std::size_t reap_moved = 0;
   bool reap_in_progress = false;  // a pass waits for its next turn: the period does not start another
 
+  // Users and permissions (permissions.cpp). `auth` null: anonymous, every permission.
+  authenticator* auth = nullptr;
+  std::unordered_map<std::string, address_grants> grants_cache;  // by address; cleared on reload
+  std::unordered_map<std::string, std::uint32_t> connections_per_user;  // by user ("" anonymous)
+  bool holds_on(const connection& c, permission p, std::string_view address);
+  bool holds_globally(const connection& c, permission p) const;  // granted by the "#" table
+  // Whether `c` holds `p` on `address`; if not, ERROR naming the permission (connection closes).
+  bool permitted(connection& c, permission p, std::string_view address, const frame* request);
+  // The same for operations on the broker as a whole (XA-RECOVER, XA-HEURISTIC, ADMIN): `p`
+  // granted by the [[security-settings]] table whose match is "#".
+  bool permitted_globally(connection& c, permission p, const frame* request);
+  // A new connection: false (after an ERROR) when its user has limits.max-connections-per-user.
+  bool admit(connection& c);
+  void release(connection& c);  // the connection is gone
+  // XA-START of a new branch: false (after an ERROR) when `c` has max-branches-per-connection open.
+  bool may_start_branch(connection& c, const frame* request);
+
   // Runs a function on the core strand; set up by broker.cpp, which owns the Asio strand.
   std::function<void(std::function<void()>)> post;
   // Submits a batch; `done` runs on the core strand with the outcome, then outboxes are flushed.
@@ -142,6 +172,28 @@ struct broker::impl {
   void handle_disconnect(const connection_ptr& c, const frame& f);
   void handle_transaction(const connection_ptr& c, const frame& f);  // BEGIN, COMMIT, ABORT
   void handle_xa(const connection_ptr& c, const frame& f);           // XA-* frames
+  // ADMIN frames (the `escrow` command): every one enters here (admin.cpp).
+  void handle_admin(const connection_ptr& c, const frame& f);
+
+  // Admin commands, one per admin-command header value (admin*.cpp, docs/operations.md).
+  admin_outcome admin_status() const;
+  admin_outcome admin_queues() const;
+  admin_outcome admin_queue_show(const frame& f);
+  admin_outcome admin_browse(const frame& f) const;
+  void admin_purge(const frame& f, admin_done done);
+  void admin_move(const frame& f, admin_done done);
+  admin_outcome admin_connections() const;
+  admin_outcome admin_subscriptions() const;
+  void admin_subscription_delete(const frame& f, admin_done done);
+  admin_outcome admin_xa_list() const;
+  void admin_xa_decide(const connection_ptr& c, const frame& f, admin_done done);  // commit, rollback, forget
+  void admin_backup(const frame& f, admin_done done);
+  // A queue or durable subscription by the name operators see ("orders", "CLIENT-ID.NAME").
+  queue_ptr find_by_name(std::string_view name) const;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  std::vector<std::string> listeners;  // "HOST:PORT" as bound (broker::set_listeners)
+  std::thread backup_worker;           // the running (or last) `escrow backup`, joined at exit
+  bool backup_running = false;
 
   // Transactions.
   // The branch a SEND, ACK or NACK belongs to: its `transaction` header's local transaction, or
@@ -207,8 +259,12 @@ struct broker::impl {
   // Adds to `b` the move of held entry `e` (message loaded) out of `q` for `reason`, and its plan.
   void plan_move(const queue_ptr& q, queue_entry e, move_reason reason, storage::batch& b,
                  std::vector<move_plan>& plans, bool by_reaper = false);
-  // Submits `b` and carries out `plans` once it is durable (or undoes them if refused).
-  void submit_moves(storage::batch b, std::vector<move_plan> plans);
+  // The same to the queues `targets` (not empty): removes the entry and stores one copy for them.
+  void plan_copy(const queue_ptr& q, queue_entry e, move_reason reason, const std::vector<queue_ptr>& targets,
+                 const std::string& destination, storage::batch& b, std::vector<move_plan>& plans, bool by_reaper);
+  // Submits `b` and carries out `plans` once it is durable (or undoes them if refused); then
+  // `then(stored)` when given.
+  void submit_moves(storage::batch b, std::vector<move_plan> plans, std::function<void(bool stored)> then = {});
   // One pass of the expiry reaper from index key `from`; continues in a later turn if cut short.
   void reap(std::string from = {});
   void schedule_reaper();

@@ -5,9 +5,27 @@
 
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <string>
 
 #include "config.h"
+#include "password_hash.h"
+#include "password_prompt.h"
 #include "server.h"
+
+namespace {
+
+// --hash-password: the line read (without echo on a terminal) becomes a users file hash.
+int print_password_hash() {
+  auto password = escrow::broker::read_password("password: ");
+  if (!password) {
+    std::cerr << "escrowd: --hash-password: no password on standard input\n";
+    return 2;
+  }
+  std::cout << escrow::broker::make_password_hash(*password) << "\n";
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using escrow::broker::broker_config;
@@ -25,8 +43,12 @@ int main(int argc, char** argv) {
                  "Replaces the configured list.");
   app.add_option("-d,--data-dir", data_dir, "directory of the LMDB store (created if missing)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or critical");
+  bool hash_password = false;
+  app.add_flag("--hash-password", hash_password,
+               "read a password from standard input (one line) and print its hash for the users file, then exit");
   app.set_version_flag("--version", "escrowd 0.1.0");
   CLI11_PARSE(app, argc, argv);
+  if (hash_password) return print_password_hash();
 
   broker_config config;
   config.config_file = config_file;

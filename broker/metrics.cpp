@@ -133,6 +133,9 @@ std::string write_prometheus(const metrics_snapshot& s) {
   family(out, "escrow_branches", "gauge", "Transaction branches (XA and local) by state.");
   for (const auto& [state, n] : s.branches_by_state)
     out += fmt::format("escrow_branches{{state=\"{}\"}} {}\n", escape_label_value(state), n);
+  family(out, "escrow_xa_oldest_prepared_age_seconds", "gauge",
+         "Seconds since the oldest prepared (in-doubt) branch was started; 0 when none is prepared.");
+  sample(out, "escrow_xa_oldest_prepared_age_seconds", s.oldest_prepared_age_seconds);
   family(out, "escrow_prepare_seconds", "histogram",
          "Time from an XA-PREPARE frame to its answer, the prepared record durable.");
   append_histogram(out, "escrow_prepare_seconds", "", s.prepare_seconds);

@@ -70,13 +70,16 @@ struct metrics_snapshot {
   std::vector<std::string> listeners;  // "HOST:PORT" (", tls" appended for TLS ones)
   bool listeners_up = false;
   std::uint64_t connections = 0;
-  std::uint64_t failed_logins = 0;  // always 0 until users and passwords exist (docs/operations.md)
+  std::uint64_t failed_logins = 0;  // logins refused since start (docs/security.md)
   // Messages that left their queues unacknowledged, broker-wide (undelivered_counters).
   std::uint64_t expired = 0;
   std::uint64_t expired_dropped = 0;
   std::uint64_t dead_lettered = 0;
   std::uint64_t dead_letters_dropped = 0;
   std::map<std::string, std::uint64_t> branches_by_state;  // every state, 0 included
+  // Seconds since the oldest branch in state prepared was started (XA-START; the start time is in
+  // its prepared record, so it survives restarts); 0 when no branch is prepared.
+  double oldest_prepared_age_seconds = 0;
   histogram prepare_seconds;
   histogram commit_seconds;
   store_metrics store;

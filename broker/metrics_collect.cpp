@@ -3,8 +3,10 @@
 // depth counted from storage at open.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 
+#include "authenticator.h"
 #include "core.h"
 #include "escrow/storage/schema.h"
 #include "escrow/storage/store.h"
@@ -20,15 +22,6 @@ histogram to_histogram(const std::vector<double>& bounds, const std::vector<std:
   h.sum = sum;
   for (auto n : counts) h.count += n;
   return h;
-}
-
-const char* kind_name(queue::kind k) {
-  switch (k) {
-    case queue::kind::queue: return "queue";
-    case queue::kind::durable_subscription: return "durable-subscription";
-    case queue::kind::subscription: return "subscription";
-  }
-  return "queue";
 }
 
 }  // namespace
@@ -74,12 +67,21 @@ metrics_snapshot broker::impl::snapshot() const {
   s.expired_dropped = undelivered.expired_dropped;
   s.dead_lettered = undelivered.dead_lettered;
   s.dead_letters_dropped = undelivered.dead_letters_dropped;
+  s.failed_logins = auth ? auth->failed_logins() : 0;
   for (auto state : {rm::branch_state::active, rm::branch_state::idle, rm::branch_state::prepared,
                      rm::branch_state::rollback_only, rm::branch_state::heuristic_committed,
                      rm::branch_state::heuristic_rolled_back, rm::branch_state::heuristic_mixed,
                      rm::branch_state::rolled_back})
     s.branches_by_state[rm::to_string(state)] = 0;
-  for (const auto& [id, b] : rm.branches()) ++s.branches_by_state[rm::to_string(b->state)];
+  std::uint64_t now_ms = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                        std::chrono::system_clock::now().time_since_epoch())
+                                                        .count());
+  for (const auto& [id, b] : rm.branches()) {
+    ++s.branches_by_state[rm::to_string(b->state)];
+    if (b->state == rm::branch_state::prepared && b->created_ms < now_ms)
+      s.oldest_prepared_age_seconds =
+          std::max(s.oldest_prepared_age_seconds, static_cast<double>(now_ms - b->created_ms) / 1000.0);
+  }
   s.prepare_seconds = prepare_latency.value();
   s.commit_seconds = commit_latency.value();
 
@@ -103,7 +105,7 @@ metrics_snapshot broker::impl::snapshot() const {
   for (const auto& [key, q] : queues) {
     queue_metrics m;
     m.name = q->name();
-    m.kind = kind_name(q->type());
+    m.kind = queue::kind_name(q->type());
     const queue_counters& n = q->counters;
     m.enqueued = n.enqueued;
     m.delivered = n.delivered;

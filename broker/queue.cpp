@@ -8,6 +8,15 @@
 
 namespace escrow::broker {
 
+const char* queue::kind_name(kind k) {
+  switch (k) {
+    case kind::queue: return "queue";
+    case kind::durable_subscription: return "durable-subscription";
+    case kind::subscription: return "subscription";
+  }
+  return "queue";
+}
+
 queue::queue(std::uint32_t id, std::string name, kind k, std::string topic, storage::store* store,
              std::size_t memory_window)
     : id_(id), name_(std::move(name)), kind_(k), topic_(std::move(topic)), store_(store),
@@ -129,6 +138,21 @@ std::optional<queue_entry> queue::take(const storage::entry_key& key) {
   if (e.stored) --stored_in_memory_;
   forget_expiring(e);
   return e;
+}
+
+std::vector<queue_entry> queue::take_unstored_ready() {
+  std::vector<queue_entry> out;
+  for (auto it = ready_.begin(); it != ready_.end();) {
+    if (it->second.stored) {
+      ++it;
+      continue;
+    }
+    held_.insert(it->first);
+    forget_expiring(it->second);
+    out.push_back(std::move(it->second));
+    it = ready_.erase(it);
+  }
+  return out;
 }
 
 std::vector<queue_entry> queue::take_expired_in_memory(std::uint64_t now) {

@@ -58,6 +58,7 @@ struct queue_counters {
 class queue {
  public:
   enum class kind { queue, durable_subscription, subscription };
+  static const char* kind_name(kind k);  // "queue", "durable-subscription", "subscription"
 
   queue(std::uint32_t id, std::string name, kind k, std::string topic, storage::store* store,
         std::size_t memory_window);
@@ -82,6 +83,8 @@ class queue {
   std::optional<queue_entry> take(const storage::entry_key& key);
   // Takes out (and holds) the ready entries kept only in memory whose message expired by `now`.
   std::vector<queue_entry> take_expired_in_memory(std::uint64_t now);
+  // Takes out (and holds) every ready entry that is not stored (non-persistent messages): purge.
+  std::vector<queue_entry> take_unstored_ready();
 
   // Makes an entry available: a new message, or one coming back from a delivery (with its
   // delivery count already raised by the caller). A stored entry beyond the in-memory window is
@@ -107,6 +110,7 @@ class queue {
 
   // Consumers attached to this queue, served round robin.
   std::vector<subscription*>& consumers() { return consumers_; }
+  const std::vector<subscription*>& consumers() const { return consumers_; }
   std::size_t& next_consumer() { return next_consumer_; }
 
  private:

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "authenticator.h"
 #include "core.h"
 #include "core_timers.h"
 
@@ -40,6 +41,15 @@ std::vector<std::string> changes_needing_restart(const broker_config& a, const b
   check(a.frames.max_header_length == b.frames.max_header_length, "limits.max-header-length");
   check(a.max_pending_bytes == b.max_pending_bytes, "limits.max-pending-bytes");
   check(a.connect_timeout_ms == b.connect_timeout_ms, "limits.connect-timeout-ms");
+  check(a.max_connections == b.max_connections, "limits.max-connections");
+  check(a.slow_consumer_timeout_ms == b.slow_consumer_timeout_ms, "limits.slow-consumer-timeout-ms");
+  check(a.max_connections_per_user == b.max_connections_per_user, "limits.max-connections-per-user");
+  check(a.max_subscriptions_per_connection == b.max_subscriptions_per_connection,
+        "limits.max-subscriptions-per-connection");
+  check(a.max_consumer_window == b.max_consumer_window, "limits.max-consumer-window");
+  check(a.max_branches_per_connection == b.max_branches_per_connection, "limits.max-branches-per-connection");
+  check(a.users_file == b.users_file, "security.users-file");
+  check(a.login_backoff_max_ms == b.login_backoff_max_ms, "security.login-backoff-max-ms");
   check(a.consumer_window == b.consumer_window, "delivery.consumer-window");
   check(a.queue_memory_window == b.queue_memory_window, "delivery.queue-memory-window");
   check(a.branch_timeout_ms == b.branch_timeout_ms, "transactions.timeout-ms");
@@ -87,6 +97,16 @@ void reload_configuration(const broker_config& running, broker& core) {
     spdlog::info("SIGHUP: log-level {} (was {})", fresh.log_level, running.log_level);
     spdlog::set_level(level);
   }
+  // The users file is read again (its name is fixed until a restart); a bad one changes nothing.
+  if (!running.users_file.empty() && fresh.users_file == running.users_file && core.authentication()) {
+    auto users = std::make_shared<users_table>();
+    if (std::string err = load_users_file(running.users_file, *users); !err.empty()) {
+      spdlog::error("SIGHUP: configuration not reloaded, the running settings stay: {}", err);
+      return;
+    }
+    spdlog::info("SIGHUP: users file {}: {} users", running.users_file, users->by_name.size());
+    core.authentication()->replace_users(std::move(users));
+  }
   if (auto restart = changes_needing_restart(running, fresh); !restart.empty())
     spdlog::warn("SIGHUP: changed in {} but taking effect only at a restart: {}", running.config_file, join(restart));
   core.reload(fresh);
@@ -114,6 +134,10 @@ void broker::reload(const broker_config& fresh) {
     m->create_undelivered_queues(created);
     if (!created.empty()) m->submit(std::move(created), [](const storage::status&) {});
     changed.push_back("address-settings (" + std::to_string(c.address_settings.size()) + " tables)");
+    // Permissions: checked again from the next frame on; logged-in users keep their roles.
+    c.security_settings = fresh.security_settings;
+    m->grants_cache.clear();
+    changed.push_back("security-settings (" + std::to_string(c.security_settings.size()) + " tables)");
     spdlog::info("SIGHUP: reloaded {}: {}", c.config_file, join(changed));
     // Messages that waited for a setting (e.g. a lower max-delivery-attempts) move on their next
     // delivery; queues are offered again so that this happens now where consumers wait.

@@ -13,6 +13,12 @@ namespace {
 constexpr std::string_view kQueuePrefix = "/queue/";
 constexpr std::string_view kTopicPrefix = "/topic/";
 
+// "/queue/NAME" or "/topic/NAME" with a non-empty name.
+bool is_destination(std::string_view dest) {
+  return dest.size() > kQueuePrefix.size() &&
+         (dest.substr(0, kQueuePrefix.size()) == kQueuePrefix || dest.substr(0, kTopicPrefix.size()) == kTopicPrefix);
+}
+
 // Headers the server writes on MESSAGE itself; a SEND's own copies of them are not kept.
 bool is_server_header(std::string_view name) {
   return name == "destination" || name == "receipt" || name == "transaction" || name == "content-length" ||
@@ -97,6 +103,8 @@ bool broker::impl::route(const connection_ptr& c, frame& f, routed_message& out,
   }
 
   std::vector<queue_ptr> targets;
+  if (is_destination(*destination) && !permitted(*c, permission::send, destination->substr(kQueuePrefix.size()), &f))
+    return false;
   if (!resolve_destination(*destination, records, targets))
     return error(*c, "invalid destination '" + *destination + "': use /queue/NAME or /topic/NAME", &f), false;
   // A message sent without a time to live gets its address's expiry-delay, if one is set.

@@ -17,7 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include "authenticator.h"
 #include "broker.h"
+#include "graceful_stop.h"
 #include "reload.h"
 #include "escrow/storage/store.h"
 #include "http_server.h"
@@ -41,10 +43,20 @@ struct session_registry {
     std::erase_if(sessions, [](const std::weak_ptr<session_base>& w) { return w.expired(); });
     sessions.push_back(s);
   }
-  void stop_all() {
+  std::size_t live() {  // sessions not yet destroyed
     std::lock_guard lock(mutex);
+    std::erase_if(sessions, [](const std::weak_ptr<session_base>& w) { return w.expired(); });
+    return sessions.size();
+  }
+  std::size_t stop_all() {  // returns how many were still alive
+    std::lock_guard lock(mutex);
+    std::size_t n = 0;
     for (auto& w : sessions)
-      if (auto s = w.lock()) s->stop();
+      if (auto s = w.lock()) {
+        s->stop();
+        ++n;
+      }
+    return n;
   }
 };
 
@@ -57,6 +69,25 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, broker& core, const b
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
       spdlog::warn("accept failed: {}", ec.message());
+      continue;
+    }
+    // limits.max-connections: refused before any session is made, so a flood of connections costs
+    // a file descriptor for a moment and no more. A plain client is told why.
+    if (registry.live() >= config.max_connections) {
+      boost::system::error_code ignored;
+      auto peer = socket.remote_endpoint(ignored);
+      spdlog::warn("connection from {} refused: {} connections open (limits.max-connections)",
+                   peer.address().to_string(), config.max_connections);
+      if (!tls) {
+        static const std::string refusal =
+            "ERROR\ncontent-type:text/plain\nmessage:too many connections (limits.max-connections)\n\n"
+            "the broker has its maximum number of connections open; try again later\n";
+        std::string bytes = refusal;
+        bytes.push_back('\0');
+        socket.non_blocking(true, ignored);
+        socket.write_some(asio::buffer(bytes), ignored);  // best effort: never blocks the acceptor
+      }
+      socket.close(ignored);
       continue;
     }
     if (tls) {
@@ -116,6 +147,33 @@ int run_server(const broker_config& config) {
     spdlog::critical("bad configuration: nothing to listen on (listen is empty and there is no [[tls-listener]])");
     return 2;
   }
+  // Anonymous access (no users file) is for a broker only this host can reach.
+  if (config.users_file.empty()) {
+    std::vector<listen_address> all = config.listen;
+    for (const auto& t : config.tls_listeners) all.push_back(t.listen);
+    for (const auto& a : all) {
+      boost::system::error_code ec;
+      auto ip = asio::ip::make_address(a.host, ec);
+      if (ec || !ip.is_loopback()) {
+        spdlog::critical("bad configuration: the listener {}:{} is not on a loopback address and there is no "
+                         "[security] users-file: anonymous access is allowed only on loopback. Set users-file "
+                         "(docs/security.md) or listen on 127.0.0.1 or ::1",
+                         a.host, a.port);
+        return 2;
+      }
+    }
+  }
+  std::shared_ptr<const users_table> users;
+  if (!config.users_file.empty()) {
+    auto table = std::make_shared<users_table>();
+    if (std::string err = load_users_file(config.users_file, *table); !err.empty()) {
+      spdlog::critical("bad users file: {}", err);
+      return 2;
+    }
+    spdlog::info("users file {}: {} users", config.users_file, table->by_name.size());
+    users = std::move(table);
+  }
+
   // TLS files are loaded before anything else, so that a wrong path is reported at once. The
   // contexts outlive the I/O context: sessions still queued in it at the end use them.
   std::vector<std::unique_ptr<asio::ssl::context>> tls_contexts;
@@ -148,7 +206,11 @@ int run_server(const broker_config& config) {
     io_threads = cores > 2 ? cores - 1 : 1;
   }
   asio::io_context io(static_cast<int>(io_threads));
+  // After the I/O context, so destroyed before it: the login thread joins while the context the
+  // checks answer to still exists.
+  authenticator auth(users, config.login_backoff_max_ms);
   broker core(io, *store, config);
+  core.use_authenticator(&auth);
   if (storage::status s = core.open(); !s.ok()) {
     spdlog::critical("cannot load the store: {}", s.message());
     return 1;
@@ -161,16 +223,19 @@ int run_server(const broker_config& config) {
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int signal) {
     if (ec) return;
-    spdlog::info("signal {}: stopping", signal);
-    http.listeners_up = false;
-    for (auto& a : acceptors) {
-      boost::system::error_code ignored;
-      a->close(ignored);
-    }
-    registry.stop_all();
-    // Give sessions a moment to finish their closing work, then stop the pool.
-    auto timer = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(200));
-    timer->async_wait([&io, timer](const boost::system::error_code&) { io.stop(); });
+    // Listeners, then connections (their deliveries return to their queues), then the pool stops
+    // and the store is closed below; each step is logged (graceful_stop.h).
+    stop_hooks hooks;
+    hooks.close_listeners = [&] {
+      http.listeners_up = false;
+      for (auto& a : acceptors) {
+        boost::system::error_code ignored;
+        a->close(ignored);
+      }
+      return acceptors.size();
+    };
+    hooks.close_connections = [&] { return registry.stop_all(); };
+    stop_gracefully(io, core, signal, std::move(hooks));
   });
 
   // SIGHUP re-reads the configuration file and applies what can change at run time.
@@ -207,6 +272,7 @@ int run_server(const broker_config& config) {
     http.listeners.push_back(bound.address().to_string() + ":" + std::to_string(bound.port()));
   }
   for (std::size_t i = 0; i < config.tls_listeners.size(); ++i) http.listeners[config.listen.size() + i] += " (tls)";
+  core.set_listeners(http.listeners);  // for `escrow status`
   if (!start_http(io, config, http, acceptors)) return 1;
   http.listeners_up = true;
   spdlog::info("escrowd ready, data in {}", config.data_dir);
@@ -217,7 +283,13 @@ int run_server(const broker_config& config) {
   for (auto& t : pool) t.join();
   // Close the store while the I/O context still exists: its committer finishes what was submitted
   // and posts the completions into the stopped context, where they are dropped.
+  spdlog::info("stopping: closing the store (the committer finishes every write already submitted)");
+  bool writable = store->stats().writable;
   store.reset();
+  if (writable)
+    spdlog::info("stopping: store closed cleanly");
+  else
+    spdlog::warn("stopping: store closed; it had refused writes since a failed commit (see above)");
   spdlog::info("stopped");
   return 0;
 }

@@ -1,6 +1,8 @@
 // The running broker: the I/O thread pool, the store, the core and one acceptor per listen
-// address (plain ones from `listen`, TLS ones from [[tls-listener]]). run() blocks until SIGINT or SIGTERM, then stops accepting, closes every connection
-// and closes the store cleanly (its committer finishes what was submitted).
+// address (plain ones from `listen`, TLS ones from [[tls-listener]]). run() blocks until SIGINT or
+// SIGTERM, then stops gracefully (graceful_stop.h): stops accepting, closes every connection (their
+// unacknowledged deliveries return to their queues), leaves prepared branches prepared, and closes
+// the store cleanly (its committer finishes what was submitted).
 #pragma once
 
 #include <string>

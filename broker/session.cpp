@@ -11,13 +11,36 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <span>
 #include <vector>
+
+#include "authenticator.h"
 
 namespace escrow::broker {
 
 namespace asio = boost::asio;
 using asio::use_awaitable;
 constexpr auto kNoThrow = asio::as_tuple(use_awaitable);
+
+namespace {
+
+// Runs `work` on `pool` and completes with its result on the caller's executor: slow work (a
+// password hash) leaves the I/O thread free meanwhile.
+template <typename Work, typename Token>
+auto run_on(asio::thread_pool& pool, Work work, Token&& token) {
+  using result = decltype(work());
+  return asio::async_initiate<Token, void(result)>(
+      [&pool](auto handler, Work work) {
+        auto home = asio::get_associated_executor(handler);
+        asio::post(pool, [handler = std::move(handler), work = std::move(work), home]() mutable {
+          result r = work();
+          asio::post(home, [handler = std::move(handler), r = std::move(r)]() mutable { std::move(handler)(std::move(r)); });
+        });
+      },
+      token, std::move(work));
+}
+
+}  // namespace
 
 template <typename Stream>
 basic_session<Stream>::basic_session(Stream stream, broker& core, const broker_config& config)
@@ -26,7 +49,8 @@ basic_session<Stream>::basic_session(Stream stream, broker& core, const broker_c
       handshake_done_(!kTls) {
   boost::system::error_code ec;
   auto ep = stream_.lowest_layer().remote_endpoint(ec);
-  peer_ = ec ? "unknown" : ep.address().to_string() + ":" + std::to_string(ep.port());
+  peer_ip_ = ec ? "unknown" : ep.address().to_string();
+  peer_ = ec ? "unknown" : peer_ip_ + ":" + std::to_string(ep.port());
   stream_.lowest_layer().set_option(asio::ip::tcp::no_delay(true), ec);
 }
 
@@ -179,13 +203,16 @@ bool basic_session<Stream>::on_connect(const frame& f) {
   info.peer_certificate_subject = peer_subject_;
   info.client_id = std::string(f.get("client-id"));
   info.login = std::string(f.get("login"));
+  info.peer = peer_;
+  info.user = std::move(login_.user);
+  info.roles = std::move(login_.roles);
   heartbeat_send_ms_ = negotiate_heart_beat(config_.heartbeat_send_ms, client_receive);
   heartbeat_receive_ms_ = negotiate_heart_beat(client_send, config_.heartbeat_receive_ms);
   // CONNECTED carries what the server offers; the client derives the same intervals from it.
   info.heartbeat_send_ms = client_receive ? config_.heartbeat_send_ms : 0;
   info.heartbeat_receive_ms = client_send ? config_.heartbeat_receive_ms : 0;
   core_.on_connect(id_, shared_from_this(), std::move(info));
-  if (heartbeat_receive_ms_) watchdog_timer_.cancel();  // re-arm with the heart-beat interval
+  watchdog_timer_.cancel();  // re-arm for the heart-beat interval and the slow-consumer check
   wake_writer_.cancel();                                // re-arm with the heart-beat interval
   return true;
 }
@@ -204,6 +231,26 @@ bool basic_session<Stream>::on_frame(frame& f) {
   one.push_back(std::move(f));
   core_.on_frames(id_, std::move(one));
   return true;
+}
+
+// Checks CONNECT's credentials (authenticator.h): first the wait the peer's address owes after
+// failed logins, then the check itself on the authenticator's thread.
+template <typename Stream>
+asio::awaitable<login_result> basic_session<Stream>::authenticate(const frame& f) {
+  authenticator* auth = core_.authentication();
+  if (!auth) co_return login_result{true, {}, {}, {}};
+  login_request request{peer_ip_, std::string(f.get("login")), std::string(f.get("passcode")), peer_subject_};
+  if (auto wait = auth->wait_before_attempt(peer_ip_); wait.count() > 0) {
+    spdlog::debug("connection {} from {}: login waits {} ms after failed logins from this address", id_, peer_,
+                  wait.count());
+    asio::steady_timer timer(stream_.get_executor(), wait);
+    co_await timer.async_wait(kNoThrow);
+  }
+  // Named, not a temporary inside the co_await expression: g++ 12 destroyed such a lambda's
+  // captures twice (free(): invalid pointer at the first login).
+  auto check = [auth, request = std::move(request)] { return auth->check(request); };
+  login_result verdict = co_await run_on(auth->pool(), std::move(check), use_awaitable);
+  co_return verdict;
 }
 
 template <typename Stream>
@@ -230,6 +277,18 @@ asio::awaitable<void> basic_session<Stream>::read_loop() {
       if (!connected_ || f.command == "CONNECT" || f.command == "STOMP") {
         if (!for_core.empty()) core_.on_frames(id_, std::move(for_core));
         for_core.clear();
+        if (!connected_ && (f.command == "CONNECT" || f.command == "STOMP")) {
+          login_ = co_await authenticate(f);
+          if (closing_) {
+            keep_reading = false;
+            break;
+          }
+          if (!login_.ok) {
+            fail(login_.problem, f.find("receipt") ? std::optional<std::string>(*f.find("receipt")) : std::nullopt);
+            keep_reading = false;
+            break;
+          }
+        }
         if (!on_frame(f)) {
           keep_reading = false;
           break;
@@ -286,7 +345,28 @@ asio::awaitable<void> basic_session<Stream>::write_loop() {
       for (auto& s : writing) flat_ += s;
       buffers.assign(1, asio::buffer(flat_));
     }
-    auto [ec, n] = co_await asio::async_write(stream_, buffers, kNoThrow);
+    // Written piece by piece (what async_write does inside) so that the watchdog sees progress:
+    // a slow reader that takes something is not a reader that takes nothing.
+    writing_ = true;
+    write_progress_ = clock::now();
+    boost::system::error_code ec;
+    std::size_t first = 0;  // buffers[first..] are left to write
+    while (first < buffers.size()) {
+      auto [e, n] = co_await stream_.async_write_some(
+          std::span<const asio::const_buffer>(buffers.data() + first, buffers.size() - first), kNoThrow);
+      if (e) {
+        ec = e;
+        break;
+      }
+      write_progress_ = clock::now();
+      while (n > 0 && first < buffers.size()) {
+        std::size_t take = std::min(n, buffers[first].size());
+        buffers[first] += take;
+        n -= take;
+        if (buffers[first].size() == 0) ++first;
+      }
+    }
+    writing_ = false;
     pending_bytes_.fetch_sub(total, std::memory_order_relaxed);
     writing.clear();
     if constexpr (kTls) {
@@ -332,6 +412,23 @@ asio::awaitable<void> basic_session<Stream>::watchdog() {
       watchdog_timer_.expires_at(last_read_ + allowed + std::chrono::milliseconds(1));
     } else {
       watchdog_timer_.expires_at(clock::time_point::max());
+    }
+    // A reader that takes nothing for slow-consumer-timeout-ms while a write waits on it: its
+    // unsent frames stay bounded by max-pending-bytes meanwhile (the core stops delivering), and
+    // then it goes, so that its messages can go to someone else. Checked twice per timeout.
+    if (connected_ && config_.slow_consumer_timeout_ms) {
+      auto limit = std::chrono::milliseconds(config_.slow_consumer_timeout_ms);
+      if (writing_ && now - write_progress_ > limit) {
+        spdlog::warn("connection {} ({}): disconnected as a slow consumer: it read nothing of its frames for {} ms "
+                     "({} bytes unsent; limits.slow-consumer-timeout-ms is {})",
+                     id_, peer_, std::chrono::duration_cast<std::chrono::milliseconds>(now - write_progress_).count(),
+                     pending_bytes_.load(std::memory_order_relaxed), config_.slow_consumer_timeout_ms);
+        closing_ = true;
+        close_socket();
+        wake_writer_.cancel();
+        break;
+      }
+      watchdog_timer_.expires_at(std::min(watchdog_timer_.expiry(), now + limit / 2));
     }
     co_await watchdog_timer_.async_wait(kNoThrow);
   }

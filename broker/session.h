@@ -21,6 +21,7 @@
 #include <string>
 #include <type_traits>
 
+#include "authenticator.h"
 #include "broker.h"
 #include "config.h"
 #include "outbound.h"
@@ -65,6 +66,7 @@ class basic_session final : public session_base,
   // Handles a frame on the session's strand; returns false when the connection must stop reading.
   bool on_frame(frame& f);
   bool on_connect(const frame& f);
+  boost::asio::awaitable<login_result> authenticate(const frame& f);
   void fail(const std::string& problem, const std::optional<std::string>& receipt);
   void enqueue(std::string bytes, bool close_after);
   void close_socket();
@@ -74,7 +76,9 @@ class basic_session final : public session_base,
   broker& core_;
   const broker_config& config_;
   std::uint64_t id_;
-  std::string peer_;
+  std::string peer_;     // "IP:PORT"
+  std::string peer_ip_;  // for the failed-login back-off, which is per address
+  login_result login_;   // who CONNECT logged in as
   frame_parser parser_;
 
   // Strand state.
@@ -94,6 +98,8 @@ class basic_session final : public session_base,
   clock::time_point started_ = clock::now();
   clock::time_point last_read_ = clock::now();
   std::size_t written_since_notice_ = 0;
+  bool writing_ = false;           // a write is waiting for the socket (slow consumer check)
+  clock::time_point write_progress_{};  // when the socket last took bytes of it
 
   std::atomic<std::size_t> pending_bytes_{0};
 };

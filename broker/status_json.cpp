@@ -55,7 +55,7 @@ std::string write_status_json(const metrics_snapshot& s) {
     out += fmt::format("{}{}:{}", first ? "" : ",", quoted(state), n);
     first = false;
   }
-  out += "},\"queues\":[";
+  out += fmt::format("}},\"xa_oldest_prepared_age_seconds\":{:.3f},\"queues\":[", s.oldest_prepared_age_seconds);
   for (std::size_t i = 0; i < s.queues.size(); ++i) {
     const auto& q = s.queues[i];
     out += fmt::format(

@@ -36,6 +36,9 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
   std::string id = id_header ? *id_header : *destination;
   if (c->subscriptions.count(id))
     return error(*c, "subscription id '" + id + "' is already in use on this connection", &f);
+  if (c->subscriptions.size() >= config.max_subscriptions_per_connection)
+    return error(*c, "too many subscriptions on this connection: " + std::to_string(c->subscriptions.size()) +
+                         " (limits.max-subscriptions-per-connection)", &f);
 
   auto sub = std::make_unique<subscription>();
   sub->id = id;
@@ -57,6 +60,10 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
       auto [end, ec] = std::from_chars(w->data(), w->data() + w->size(), n);
       if (ec != std::errc() || end != w->data() + w->size() || n == 0)
         return error(*c, std::string("invalid ") + h + " header '" + *w + "': use a positive integer", &f);
+      if (n > config.max_consumer_window)
+        return error(*c, std::string(h) + " " + *w + " is above the broker's limit of " +
+                             std::to_string(config.max_consumer_window) +
+                             " unacknowledged messages per consumer (limits.max-consumer-window)", &f);
       sub->window = n;
       break;
     }
@@ -64,6 +71,8 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
 
   storage::batch b;
   std::string_view dest = *destination;
+  bool named = (dest.rfind("/queue/", 0) == 0 || dest.rfind("/topic/", 0) == 0) && dest.size() > 7;
+  if (named && !permitted(*c, permission::consume, dest.substr(7), &f)) return;
   if (dest.rfind("/queue/", 0) == 0 && dest.size() > 7) {
     sub->source = find_or_create_queue(std::string(dest.substr(7)), b);
   } else if (dest.rfind("/topic/", 0) == 0 && dest.size() > 7) {
@@ -83,6 +92,7 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
                                "' already has an active consumer", &f);
         sub->source = it->second;
       } else {
+        if (!permitted(*c, permission::create_durable_subscription, topic_name, &f)) return;
         auto q = std::make_shared<queue>(next_queue_id++, c->info.client_id + "." + *name,
                                          queue::kind::durable_subscription, topic_name, &store,
                                          config.queue_memory_window);

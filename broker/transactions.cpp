@@ -163,6 +163,7 @@ void broker::impl::handle_transaction(const connection_ptr& c, const frame& f) {
   if (f.command == "BEGIN") {
     if (c->transactions.count(*name))
       return error(*c, "BEGIN of transaction '" + *name + "', which this connection has already begun", &f);
+    if (!may_start_branch(*c, &f)) return;
     c->transactions.emplace(*name, rm.begin_local(c->id));
     return receipt(*c, f);
   }
@@ -209,6 +210,9 @@ void broker::impl::handle_xa(const connection_ptr& c, const frame& f) {
   auto flags = parse_xa_flags(f.get("flags"), &flag_error);
   if (!flags) return answer(XAER_INVAL, flag_error);
 
+  bool broker_wide = f.command == "XA-RECOVER" || f.command == "XA-HEURISTIC";
+  if (broker_wide && !permitted_globally(*c, permission::admin, &f)) return;
+
   if (f.command == "XA-RECOVER") {
     long count = 0;
     std::string_view text = f.get("count", "0");
@@ -242,7 +246,13 @@ void broker::impl::handle_xa(const connection_ptr& c, const frame& f) {
   if (x->format_id() == rm::kLocalFormatId)
     return answer(XAER_INVAL, "formatID " + std::to_string(rm::kLocalFormatId) +
                                   " is reserved for the broker's local transactions");
-  carry_out(rm.call(*verb, c->id, *x, *flags), [answer](int code) { answer(code); });
+  bool starts_branch = *verb == rm::xa_verb::start && !(*flags & (TMJOIN | TMRESUME));
+  if (starts_branch && !may_start_branch(*c, &f)) return;
+  carry_out(rm.call(*verb, c->id, *x, *flags), [this, c, answer, starts_branch, x = *x](int code) {
+    if (starts_branch && code == XA_OK)
+      if (auto b = rm.branches().find(x); b != rm.branches().end()) c->started_branches.push_back(b->second);
+    answer(code);
+  });
 }
 
 }  // namespace escrow::broker

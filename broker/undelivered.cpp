@@ -49,20 +49,28 @@ void broker::impl::plan_move(const queue_ptr& q, queue_entry e, move_reason reas
     spdlog::error("address settings of '{}': {} '{}' is not a valid destination", q->address(),
                   expiry ? "expiry-address" : "dead-letter-address", address);
 
-  if (e.stored) storage::erase_entry(b, e.key);
-  const message& m = *e.msg;
-  const char* why = expiry ? "expired" : "reached max-delivery-attempts";
-  move_plan plan{reason, by_reaper, q, std::move(e), {}};
   if (targets.empty()) {
+    if (e.stored) storage::erase_entry(b, e.key);
+    const message& m = *e.msg;
     ++(expiry ? undelivered.expired_dropped : undelivered.dead_letters_dropped);
     spdlog::warn("queue {}: message {} {}; dropped, as {} (set {} in the address settings to keep such messages)",
-                 q->name(), m.id, why,
+                 q->name(), m.id, expiry ? "expired" : "reached max-delivery-attempts",
                  destination.empty() ? "no address is configured" : "nothing listens to " + destination,
                  expiry ? "expiry-address" : "dead-letter-address");
-    plans.push_back(std::move(plan));
+    plans.push_back(move_plan{reason, by_reaper, q, std::move(e), {}});
     return;
   }
   ++(expiry ? undelivered.expired : undelivered.dead_lettered);
+  plan_copy(q, std::move(e), reason, targets, destination, b, plans, by_reaper);
+}
+
+void broker::impl::plan_copy(const queue_ptr& q, queue_entry e, move_reason reason,
+                             const std::vector<queue_ptr>& targets, const std::string& destination,
+                             storage::batch& b, std::vector<move_plan>& plans, bool by_reaper) {
+  if (e.stored) storage::erase_entry(b, e.key);
+  const message& m = *e.msg;
+  bool expiry = reason == move_reason::expired;
+  move_plan plan{reason, by_reaper, q, std::move(e), {}};
 
   auto copy = std::make_shared<message>();
   copy->id = next_message_id++;
@@ -74,19 +82,23 @@ void broker::impl::plan_move(const queue_ptr& q, queue_entry e, move_reason reas
   r.body = m.record.body;
   for (const auto& h : m.record.headers)
     if (!is_move_header(h.first)) r.headers.push_back(h);
-  r.headers.emplace_back("_HQ_ORIG_ADDRESS", m.record.destination);
-  r.headers.emplace_back("_HQ_ORIG_QUEUE", q->name());
-  r.headers.emplace_back("_HQ_ORIG_MESSAGE_ID", std::to_string(m.id));
-  r.headers.emplace_back("_HQ_REASON", expiry ? "expired" : "max-delivery-attempts");
-  if (expiry) {
-    r.headers.emplace_back("_HQ_ACTUAL_EXPIRY", std::to_string(now_ms()));
-  } else {
-    r.headers.emplace_back("_HQ_ORIG_DELIVERY_COUNT", std::to_string(plan.old.delivery_count));
+  // An operator's move (dead letters back to work) gives the message a fresh start: no _HQ_
+  // headers, delivery count 0; if it fails again it is dead-lettered again with new ones.
+  if (reason != move_reason::moved_by_operator) {
+    r.headers.emplace_back("_HQ_ORIG_ADDRESS", m.record.destination);
+    r.headers.emplace_back("_HQ_ORIG_QUEUE", q->name());
+    r.headers.emplace_back("_HQ_ORIG_MESSAGE_ID", std::to_string(m.id));
+    r.headers.emplace_back("_HQ_REASON", expiry ? "expired" : "max-delivery-attempts");
+    if (expiry) {
+      r.headers.emplace_back("_HQ_ACTUAL_EXPIRY", std::to_string(now_ms()));
+    } else {
+      r.headers.emplace_back("_HQ_ORIG_DELIVERY_COUNT", std::to_string(plan.old.delivery_count));
+    }
   }
   // r.expires stays 0: a message in an expiry or dead letter address does not expire again.
 
   std::vector<storage::entry_key> stored;
-  for (auto& t : targets) {
+  for (const auto& t : targets) {
     storage::entry_key key{t->id(), r.priority, copy->id};
     bool keep = r.persistent && t->durable();
     if (keep) {
@@ -104,21 +116,27 @@ void broker::impl::plan_move(const queue_ptr& q, queue_entry e, move_reason reas
   plans.push_back(std::move(plan));
 }
 
-void broker::impl::submit_moves(storage::batch b, std::vector<move_plan> plans) {
-  if (plans.empty() && b.empty()) return;
-  auto finish = [this, plans = std::move(plans)](bool stored) mutable {
+void broker::impl::submit_moves(storage::batch b, std::vector<move_plan> plans, std::function<void(bool)> then) {
+  if (plans.empty() && b.empty()) {
+    if (then) then(true);
+    return;
+  }
+  auto finish = [this, plans = std::move(plans), then = std::move(then)](bool stored) mutable {
     std::vector<queue_ptr> touched;
     for (auto& p : plans) {
       p.from->release_hold(p.old.key);
       if (stored) {
         queue_counters& n = p.from->counters;
-        n.removed(p.reason == move_reason::expired ? n.expired : n.dead_lettered);
+        if (p.reason == move_reason::moved_by_operator) --n.depth;
+        else n.removed(p.reason == move_reason::expired ? n.expired : n.dead_lettered);
         if (p.to.empty()) continue;  // dropped (logged when planned)
         const message& copy = *p.to.front().second.msg;
+        const char* why = p.reason == move_reason::expired               ? "expired"
+                          : p.reason == move_reason::max_delivery_attempts ? "reached max-delivery-attempts"
+                                                                           : "moved by an operator";
         spdlog::log(p.by_reaper ? spdlog::level::debug : spdlog::level::info,
-                    "queue {}: message {} {}; moved to {} as message {}", p.from->name(), p.old.key.message_id,
-                     p.reason == move_reason::expired ? "expired" : "reached max-delivery-attempts",
-                     copy.record.destination, copy.id);
+                    "queue {}: message {} {}; moved to {} as message {}", p.from->name(), p.old.key.message_id, why,
+                    copy.record.destination, copy.id);
         publish(p.to);
         continue;
       }
@@ -129,6 +147,7 @@ void broker::impl::submit_moves(storage::batch b, std::vector<move_plan> plans) 
       touched.push_back(p.from);
     }
     for (auto& q : touched) dispatch(q);
+    if (then) then(stored);
   };
   // Never run it in the caller's turn: the caller may be iterating the consumers or deliveries
   // that publishing would change.
@@ -137,7 +156,7 @@ void broker::impl::submit_moves(storage::batch b, std::vector<move_plan> plans) 
     flush();
   });
   submit(std::move(b), [finish = std::move(finish)](const storage::status& s) mutable {
-    if (!s.ok()) spdlog::error("moving expired or dead-lettered messages: {}; they stay in their queues", s.message());
+    if (!s.ok()) spdlog::error("moving messages out of their queues: {}; they stay where they were", s.message());
     finish(s.ok());
   });
 }

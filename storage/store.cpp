@@ -67,6 +67,8 @@ struct store::impl {
   std::condition_variable wake;
   std::deque<pending_batch> waiting;  // guarded by mutex
   bool stopping = false;              // guarded by mutex
+  int copies = 0;                     // hot copies under way (guarded by mutex); close waits
+  std::condition_variable copies_done;
   std::thread committer;
 
   // Sticky after a failed commit. Written by the committer only; atomic so that stats() and
@@ -457,11 +459,28 @@ status store::open(const store_options& options, std::unique_ptr<store>& out) {
 
 store::~store() {
   {
-    std::lock_guard lock(impl_->mutex);
+    std::unique_lock lock(impl_->mutex);
+    impl_->copies_done.wait(lock, [this] { return impl_->copies == 0; });
     impl_->stopping = true;
   }
   impl_->wake.notify_one();
   if (impl_->committer.joinable()) impl_->committer.join();
+}
+
+status store::copy_to(const std::string& dir, bool compact) const {
+  {
+    std::lock_guard lock(impl_->mutex);
+    if (impl_->stopping) return status(status::code::failed, "the store is closing");
+    ++impl_->copies;
+  }
+  int rc = mdb_env_copy2(impl_->env, dir.c_str(), compact ? MDB_CP_COMPACT : 0);
+  {
+    std::lock_guard lock(impl_->mutex);
+    --impl_->copies;
+  }
+  impl_->copies_done.notify_all();
+  if (rc != 0) return status(status::code::io_error, std::string("mdb_env_copy2: ") + mdb_strerror(rc));
+  return {};
 }
 
 void store::submit(batch b, completion done) {

@@ -16,12 +16,12 @@ namespace escrow {
 namespace {
 
 // The commands a STOMP 1.2 client or server may send, plus Escrow's XA extension frames (and
-// XA-HEURISTIC, an operator's decision on a prepared branch).
-constexpr std::array<std::string_view, 23> kCommands = {
+// XA-HEURISTIC, an operator's decision on a prepared branch), and ADMIN (the `escrow` command).
+constexpr std::array<std::string_view, 24> kCommands = {
     "CONNECT",   "STOMP",      "CONNECTED",   "SEND",     "SUBSCRIBE", "UNSUBSCRIBE",
     "ACK",       "NACK",       "BEGIN",       "COMMIT",   "ABORT",     "DISCONNECT",
     "MESSAGE",   "RECEIPT",    "ERROR",       "XA-START", "XA-END",    "XA-PREPARE",
-    "XA-COMMIT", "XA-ROLLBACK", "XA-RECOVER", "XA-FORGET", "XA-HEURISTIC",
+    "XA-COMMIT", "XA-ROLLBACK", "XA-RECOVER", "XA-FORGET", "XA-HEURISTIC", "ADMIN",
 };
 
 // Error messages quote client input; keep them short enough for an ERROR frame's header.

@@ -28,6 +28,21 @@ ESCROWD = os.environ.get("ESCROWD", str(ROOT / "build" / "broker" / "escrowd"))
 if not os.path.isabs(ESCROWD):
     ESCROWD = str(ROOT / ESCROWD)
 
+
+
+def tool(relative, env_name):
+    """A program built with the broker under test, e.g. tool("cli/escrow", "ESCROW_CLI"): the path in
+    the environment variable `env_name` when set, else `relative` in the build directory ESCROWD
+    lives in (build/broker/escrowd -> build). Under ESCROW_SANITIZED=1 the normal build's program is
+    used when it exists (the point of that run is the sanitized broker)."""
+    if os.environ.get(env_name):
+        return os.environ[env_name]
+    build = Path(ESCROWD).resolve().parents[1]
+    if os.environ.get("ESCROW_SANITIZED") and (ROOT / "build" / relative).exists():
+        build = ROOT / "build"
+    return str(build / relative)
+
+
 # Timeouts are generous (a loaded 2-core machine, sanitizer builds); the happy path never waits
 # for them because every wait polls for its condition.
 SLOW = 3.0 if os.environ.get("ESCROW_SANITIZED") else 1.0

@@ -16,21 +16,11 @@ import queue as queue_module
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import ESCROWD, ROOT, SLOW, unique
+from conftest import SLOW, tool, unique
 from pg import free_port, postgres  # noqa: F401  (postgres: the session fixture)
-
-
-def tool(relative, env_name):
-    if os.environ.get(env_name):
-        return os.environ[env_name]
-    build = Path(ESCROWD).resolve().parents[1]
-    if os.environ.get("ESCROW_SANITIZED") and (ROOT / "build" / relative).exists():
-        build = ROOT / "build"
-    return str(build / relative)
 
 
 TM = tool("tests/tm/escrow-tm", "ESCROW_TM")

@@ -12,21 +12,11 @@ build's program is used when it exists (the point of that run is the sanitized b
 
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from conftest import ESCROWD, ROOT, SLOW, TIMEOUT, unique
+from conftest import SLOW, TIMEOUT, tool, unique
 from pg import free_port
-
-
-def tool(relative, env_name):
-    if os.environ.get(env_name):
-        return os.environ[env_name]
-    build = Path(ESCROWD).resolve().parents[1]
-    if os.environ.get("ESCROW_SANITIZED") and (ROOT / "build" / relative).exists():
-        build = ROOT / "build"
-    return str(build / relative)
 
 
 CHECK = tool("tests/xa_switch/xa-switch-check", "XA_SWITCH_CHECK")

@@ -101,6 +101,11 @@ class store {
   // The largest key in `t`, or not_found when the table is empty.
   status last_key(table t, std::string& key) const;
 
+  // A hot copy of the environment into directory `dir` (existing, without a data.mdb) with
+  // mdb_env_copy2, compacted when `compact` (free pages left out). Blocking: call it from a thread
+  // of its own; the store waits for a copy under way before it closes.
+  status copy_to(const std::string& dir, bool compact) const;
+
   commit_stats stats() const;
   // False once a commit or sync failed: every later write is refused until escrowd restarts.
   bool writable() const;

@@ -1,0 +1,309 @@
+// ADMIN frames: the one way the `escrow` command talks to a running broker (docs/operations.md).
+// A frame names its command in `admin-command`, its arguments in further headers, and asks for a
+// `receipt`; the answer is a RECEIPT with `admin-status` (ok, not-found, refused, invalid) and a
+// JSON body, or a `message` saying what went wrong. An admin failure is an answer, never ERROR
+// (which closes the connection); ERROR is kept for a frame without a receipt header.
+//
+// This file: the entry point and the read-only views of queues, connections and subscriptions.
+// admin_messages.cpp has browse, purge and move; admin_xa.cpp the in-doubt branches;
+// admin_backup.cpp the hot copy of the store. All of it runs on the core strand.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "admin_json.h"
+#include "admin_store.h"
+#include "core.h"
+#include "escrow/storage/store.h"
+
+namespace escrow::broker {
+
+namespace {
+
+constexpr std::string_view kVersion = "0.1.0";  // as the CONNECTED frame's server header says
+
+const char* ack_name(ack_mode m) {
+  switch (m) {
+    case ack_mode::auto_ack: return "auto";
+    case ack_mode::client: return "client";
+    case ack_mode::client_individual: return "client-individual";
+  }
+  return "auto";
+}
+
+admin_outcome ok(std::string json) { return admin_outcome{"ok", {}, std::move(json)}; }
+
+// The connections in the order they came (by id), for stable listings.
+std::vector<std::pair<std::uint64_t, const connection*>> by_id(
+    const std::unordered_map<std::uint64_t, connection_ptr>& connections) {
+  std::vector<std::pair<std::uint64_t, const connection*>> out;
+  for (const auto& [id, c] : connections) out.emplace_back(id, c.get());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Messages in flight (delivered, not acknowledged), by the queue they came from.
+std::unordered_map<const queue*, std::uint64_t> in_flight_by_queue(
+    const std::unordered_map<std::uint64_t, connection_ptr>& connections) {
+  std::unordered_map<const queue*, std::uint64_t> out;
+  for (const auto& [cid, c] : connections)
+    for (const auto& [sid, sub] : c->subscriptions) out[sub->source.get()] += sub->unacked.size();
+  return out;
+}
+
+void write_queue(json_writer& j, const queue& q, std::uint64_t in_flight, std::uint64_t oldest_ms,
+                 std::uint64_t now) {
+  const queue_counters& n = q.counters;
+  j.begin_object()
+      .field("name", q.name())
+      .field("kind", queue::kind_name(q.type()))
+      .field("depth", n.depth > 0 ? static_cast<std::uint64_t>(n.depth) : 0)
+      .field("in_flight", in_flight)
+      .field("consumers", q.consumers().size())
+      .field("enqueued", n.enqueued)
+      .field("delivered", n.delivered)
+      .field("acknowledged", n.acknowledged)
+      .field("expired", n.expired)
+      .field("dead_lettered", n.dead_lettered)
+      .field("redelivered", n.redelivered);
+  j.key("oldest_age_ms");
+  if (oldest_ms == 0) j.null();
+  else j.value(now > oldest_ms ? now - oldest_ms : 0);
+  if (!q.topic().empty()) j.field("topic", q.topic());
+}
+
+}  // namespace
+
+void broker::impl::handle_admin(const connection_ptr& c, const frame& f) {
+  const std::string* receipt_id = f.find("receipt");
+  if (!receipt_id)
+    return error(*c, "ADMIN frame has no receipt header: its answer comes back in a RECEIPT", &f);
+  std::string command(f.get("admin-command"));
+  // Permissions (docs/security.md), before anything is looked up: browsing a queue needs browse on
+  // its address (or admin); every other command admin on the broker.
+  if (command == "browse") {
+    if (!holds_globally(*c, permission::admin) && !permitted(*c, permission::browse, f.get("name"), &f)) return;
+  } else if (!permitted_globally(*c, permission::admin, &f)) {
+    return;
+  }
+  admin_done done = [this, c, id = *receipt_id, command](admin_outcome o) {
+    if (o.status != "ok") spdlog::info("connection {}: admin {}: {}: {}", c->id, command, o.status, o.message);
+    frame r{"RECEIPT", {{"receipt-id", id}, {"admin-status", o.status}}, {}};
+    if (!o.message.empty()) r.add("message", o.message);
+    if (!o.json.empty()) {
+      r.body = std::move(o.json);
+      r.add("content-type", "application/json");
+      r.add("content-length", std::to_string(r.body.size()));
+    }
+    write(*c, r);
+  };
+  spdlog::debug("connection {}: admin {}", c->id, command);
+  if (command == "status") return done(admin_status());
+  if (command == "queues") return done(admin_queues());
+  if (command == "queue-show") return done(admin_queue_show(f));
+  if (command == "browse") return done(admin_browse(f));
+  if (command == "purge") return admin_purge(f, std::move(done));
+  if (command == "move") return admin_move(f, std::move(done));
+  if (command == "connections") return done(admin_connections());
+  if (command == "subscriptions") return done(admin_subscriptions());
+  if (command == "subscription-delete") return admin_subscription_delete(f, std::move(done));
+  if (command == "xa-list") return done(admin_xa_list());
+  if (command == "xa-commit" || command == "xa-rollback" || command == "xa-forget")
+    return admin_xa_decide(c, f, std::move(done));
+  if (command == "backup") return admin_backup(f, std::move(done));
+  done(admin_outcome{"invalid",
+                     (command.empty() ? std::string("ADMIN frame has no admin-command header")
+                                      : "unknown admin-command '" + command + "'") +
+                         ": use status, queues, queue-show, browse, purge, move, connections, subscriptions, "
+                         "subscription-delete, xa-list, xa-commit, xa-rollback, xa-forget or backup",
+                     {}});
+}
+
+queue_ptr broker::impl::find_by_name(std::string_view name) const {
+  auto it = queues.find("q/" + std::string(name));
+  if (it != queues.end()) return it->second;
+  for (const auto& [key, q] : queues)
+    if (q->name() == name) return q;
+  return nullptr;
+}
+
+admin_outcome broker::impl::admin_status() const {
+  metrics_snapshot s = snapshot();
+  s.version = std::string(kVersion);
+  s.uptime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  s.listeners = listeners;
+  s.listeners_up = !listeners.empty();
+  s.queues.clear();  // `escrow queues` lists them
+  json_writer j;
+  j.begin_object()
+      .field("version", s.version)
+      .field("uptime_seconds", s.uptime_seconds)
+      .field("data_dir", config.data_dir);
+  j.key("listeners").begin_array();
+  for (const auto& l : s.listeners) j.value(l);
+  j.end_array();
+  j.field("connections", s.connections);
+  j.key("store")
+      .begin_object()
+      .field("writable", s.store.writable)
+      .field("commits", s.store.commits)
+      .field("batches", s.store.batches)
+      .field("map_size_bytes", s.store.map_size_bytes)
+      .field("map_used_bytes", s.store.map_used_bytes)
+      .field("file_bytes", s.store.file_bytes)
+      .end_object();
+  std::uint64_t enqueued = 0, acknowledged = 0, depth = 0;
+  std::size_t queue_count = 0;
+  for (const auto& [key, q] : queues) {
+    enqueued += q->counters.enqueued;
+    acknowledged += q->counters.acknowledged;
+    depth += q->counters.depth > 0 ? static_cast<std::uint64_t>(q->counters.depth) : 0;
+    ++queue_count;
+  }
+  j.key("totals")
+      .begin_object()
+      .field("queues", queue_count)
+      .field("depth", depth)
+      .field("enqueued", enqueued)
+      .field("acknowledged", acknowledged)
+      .field("expired", s.expired)
+      .field("expired_dropped", s.expired_dropped)
+      .field("dead_lettered", s.dead_lettered)
+      .field("dead_letters_dropped", s.dead_letters_dropped)
+      .end_object();
+  j.key("branches").begin_object();
+  for (const auto& [state, n] : s.branches_by_state) j.field(state, n);
+  j.end_object().end_object();
+  return ok(j.str());
+}
+
+admin_outcome broker::impl::admin_queues() const {
+  auto in_flight = in_flight_by_queue(connections);
+  std::uint64_t now = now_ms();
+  json_writer j;
+  j.begin_object().key("queues").begin_array();
+  for (const auto& [key, q] : queues) {
+    auto f = in_flight.find(q.get());
+    write_queue(j, *q, f == in_flight.end() ? 0 : f->second, oldest_stored_timestamp(store, q->id()), now);
+    j.end_object();
+  }
+  j.end_array().end_object();
+  return ok(j.str());
+}
+
+admin_outcome broker::impl::admin_queue_show(const frame& f) {
+  std::string name(f.get("name"));
+  queue_ptr q = find_by_name(name);
+  if (!q) return {"not-found", "no queue or durable subscription named '" + name + "' (escrow queues lists them)", {}};
+  auto in_flight = in_flight_by_queue(connections);
+  auto it = in_flight.find(q.get());
+  json_writer j;
+  write_queue(j, *q, it == in_flight.end() ? 0 : it->second, oldest_stored_timestamp(store, q->id()), now_ms());
+  const address_settings& s = settings_for(q->address());
+  j.key("settings")
+      .begin_object()
+      .field("address", q->address())
+      .field("dead_letter_address", s.dead_letter_address)
+      .field("expiry_address", s.expiry_address)
+      .field("max_delivery_attempts", s.max_delivery_attempts)
+      .field("expiry_delay_ms", s.expiry_delay_ms)
+      .field("redelivery_delay_ms", s.redelivery_delay_ms)
+      .end_object();
+  j.key("consumers_detail").begin_array();
+  for (const subscription* sub : q->consumers()) {
+    j.begin_object()
+        .field("connection", sub->owner ? sub->owner->id : 0)
+        .field("subscription", sub->id)
+        .field("ack", ack_name(sub->mode))
+        .field("in_flight", sub->unacked.size())
+        .end_object();
+  }
+  j.end_array().end_object();
+  return ok(j.str());
+}
+
+admin_outcome broker::impl::admin_connections() const {
+  json_writer j;
+  j.begin_object().key("connections").begin_array();
+  for (const auto& [id, c] : by_id(connections)) {
+    std::size_t in_flight = 0;
+    for (const auto& [sid, sub] : c->subscriptions) in_flight += sub->unacked.size();
+    rm::branch_ptr xa = rm.associated_branch(id);
+    j.begin_object()
+        .field("id", id)
+        .field("login", c->info.login)
+        .field("client_id", c->info.client_id)
+        .field("version", std::string(to_string(c->info.version)))
+        .field("subscriptions", c->subscriptions.size())
+        .field("in_flight", in_flight)
+        .field("transactions", c->transactions.size())
+        .field("xa_branch", xa ? xa->id.to_string() : std::string())
+        .end_object();
+  }
+  j.end_array().end_object();
+  return ok(j.str());
+}
+
+admin_outcome broker::impl::admin_subscriptions() const {
+  json_writer j;
+  j.begin_object().key("subscriptions").begin_array();
+  for (const auto& [id, c] : by_id(connections))
+    for (const auto& [sid, sub] : c->subscriptions) {
+      const queue& q = *sub->source;
+      j.begin_object()
+          .field("connection", id)
+          .field("id", sid)
+          .field("kind", queue::kind_name(q.type()))
+          .field("destination", q.type() == queue::kind::queue ? "/queue/" + q.name() : "/topic/" + q.topic())
+          .field("queue", q.name())
+          .field("ack", ack_name(sub->mode))
+          .field("in_flight", sub->unacked.size())
+          .field("depth", q.counters.depth > 0 ? q.counters.depth : 0)
+          .end_object();
+    }
+  j.end_array().key("durable").begin_array();
+  for (const auto& [key, q] : queues) {
+    if (q->type() != queue::kind::durable_subscription) continue;
+    auto nul = key.find('\0');
+    j.begin_object()
+        .field("name", q->name())
+        .field("client_id", key.substr(2, nul - 2))
+        .field("subscription", key.substr(nul + 1))
+        .field("topic", q->topic())
+        .field("active", !q->consumers().empty())
+        .field("depth", q->counters.depth > 0 ? q->counters.depth : 0)
+        .end_object();
+  }
+  j.end_array().end_object();
+  return ok(j.str());
+}
+
+void broker::impl::admin_subscription_delete(const frame& f, admin_done done) {
+  std::string client(f.get("client-id"));
+  std::string name(f.get("subscription"));
+  if (client.empty() || name.empty())
+    return done({"invalid", "subscription-delete needs the client-id and subscription headers", {}});
+  std::string key = "d/" + client;
+  key.push_back('\0');
+  key += name;
+  auto it = queues.find(key);
+  if (it == queues.end())
+    return done({"not-found", "no durable subscription '" + name + "' of client '" + client +
+                                  "' (escrow subscriptions lists them)", {}});
+  queue_ptr q = it->second;
+  if (!q->consumers().empty())
+    return done({"refused", "durable subscription " + q->name() +
+                                " has an active consumer: it must disconnect (or unsubscribe) first", {}});
+  auto depth = q->counters.depth;
+  storage::batch b;
+  drop_durable_queue(q, b);
+  spdlog::warn("operator deleted durable subscription {} ({} messages)", q->name(), depth);
+  submit(std::move(b), [done = std::move(done), name = q->name(), depth](const storage::status& s) {
+    if (!s.ok()) return done({"refused", "deleting " + name + " was not stored: " + s.message(), {}});
+    json_writer j;
+    j.begin_object().field("deleted", name).field("messages", depth > 0 ? depth : 0).end_object();
+    done(ok(j.str()));
+  });
+}
+
+}  // namespace escrow::broker

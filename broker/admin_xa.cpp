@@ -1,0 +1,83 @@
+// Admin commands for transaction branches: the list an operator resolves in-doubt transactions
+// from (xid, state, age, what each branch holds), and the operator's decisions: a heuristic commit
+// or rollback of a prepared branch (the path of the XA-HEURISTIC frame, recorded durably), and
+// forgetting a heuristically completed one. docs/operations.md, "Resolving in-doubt transactions".
+#include <spdlog/spdlog.h>
+
+#include "admin_json.h"
+#include "core.h"
+#include "escrow/xa.h"
+
+namespace escrow::broker {
+
+admin_outcome broker::impl::admin_xa_list() const {
+  std::uint64_t now = now_ms();
+  auto queue_name = [this](std::uint32_t id) {
+    queue_ptr q = find_by_id(id);
+    return q ? q->name() : "(queue id " + std::to_string(id) + ", gone)";
+  };
+  json_writer j;
+  j.begin_object().key("branches").begin_array();
+  for (const auto& [x, b] : rm.branches()) {
+    j.begin_object()
+        .field("xid", x.to_string())
+        .field("state", rm::to_string(b->state))
+        .field("local", b->local)
+        .field("created_ms", b->created_ms)
+        .field("age_ms", now > b->created_ms ? now - b->created_ms : 0);
+    j.key("sent").begin_array();
+    for (const auto& s : b->work.sends) {
+      j.begin_object().field("message_id", s.msg ? s.msg->id : 0).key("queues").begin_array();
+      for (const auto& t : s.targets) j.value(queue_name(t.key.queue_id));
+      j.end_array().end_object();
+    }
+    j.end_array().key("consumed").begin_array();
+    for (const auto& c : b->work.consumed)
+      j.begin_object()
+          .field("message_id", c.key.message_id)
+          .field("queue", queue_name(c.key.queue_id))
+          .field("nack", c.negative)
+          .end_object();
+    j.end_array().end_object();
+  }
+  j.end_array().end_object();
+  return {"ok", {}, j.str()};
+}
+
+void broker::impl::admin_xa_decide(const connection_ptr& c, const frame& f, admin_done done) {
+  std::string command(f.get("admin-command"));
+  std::string xid_error;
+  auto x = xid::parse(f.get("xid"), &xid_error);
+  if (!x)
+    return done({"invalid", f.has("xid") ? xid_error : command + " needs the xid header", {}});
+  auto it = rm.branches().find(*x);
+  if (it == rm.branches().end())
+    return done({"not-found", "no branch " + x->to_string() + " (escrow xa list shows the branches the broker has)", {}});
+  rm::branch_ptr b = it->second;
+  std::string state = rm::to_string(b->state);
+  auto answer = [done = std::move(done), id = x->to_string(), command](int code, const std::string& refusal) {
+    if (code != XA_OK) return done({"refused", refusal + " (" + xa_result_name(code) + ")", {}});
+    json_writer j;
+    j.begin_object().field("xid", id).field("done", command).end_object();
+    done({"ok", {}, j.str()});
+  };
+  if (command == "xa-forget") {
+    if (!rm::is_heuristic(b->state))
+      return answer(XAER_PROTO, "branch " + x->to_string() + " is " + state +
+                                    ": only a heuristically completed branch can be forgotten");
+    spdlog::warn("operator forgets heuristically completed branch {}", x->to_string());
+    return carry_out(rm.call(rm::xa_verb::forget, c->id, *x, TMNOFLAGS),
+                     [answer, id = x->to_string()](int code) { answer(code, "forgetting " + id + " failed"); });
+  }
+  bool commit = command == "xa-commit";
+  if (b->state != rm::branch_state::prepared || b->busy)
+    return answer(XAER_PROTO, "branch " + x->to_string() + " is " + state +
+                                  (b->busy ? " (a decision is being written)" : "") +
+                                  ": only a prepared branch can be committed or rolled back heuristically");
+  spdlog::warn("operator decision: heuristic {} of prepared branch {}", commit ? "commit" : "rollback", x->to_string());
+  carry_out(rm.heuristic(*x, commit), [answer, id = x->to_string()](int code) {
+    answer(code, "the decision on " + id + " was not stored; the branch stays prepared");
+  });
+}
+
+}  // namespace escrow::broker

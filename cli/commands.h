@@ -1,0 +1,49 @@
+// The `escrow` subcommands. Each talks to the broker through admin_call() (except check-config),
+// prints a table or a summary (or, with --json, the broker's JSON answer as it came) on stdout,
+// and returns exit_ok or throws failure (exit_codes.h). Warnings go to stderr.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "settings.h"
+
+namespace escrow::cli {
+
+struct output_options {
+  bool json = false;
+};
+
+// commands_broker.cpp
+struct admin_answer;
+// With --json: prints the broker's answer as it came and returns true; otherwise false.
+bool print_json(const output_options& o, const admin_answer& a);
+
+void run_status(const settings& s, const output_options& o);
+void run_connections(const settings& s, const output_options& o);
+void run_subscriptions(const settings& s, const output_options& o);
+void run_subscription_delete(const settings& s, const output_options& o, const std::string& client_id,
+                             const std::string& name);
+void run_backup(const settings& s, const output_options& o, const std::string& dir, bool compact);
+
+// commands_queues.cpp
+void run_queues(const settings& s, const output_options& o);
+void run_queue_show(const settings& s, const output_options& o, const std::string& name);
+void run_browse(const settings& s, const output_options& o, const std::string& name, std::size_t count);
+// Asks on a terminal unless `yes`; without a terminal and without `yes`: failure(exit_usage).
+void run_purge(const settings& s, const output_options& o, const std::string& name, bool yes);
+void run_move(const settings& s, const output_options& o, const std::string& from, const std::string& to,
+              const std::string& filter);
+
+// commands_xa.cpp
+void run_xa_list(const settings& s, const output_options& o);
+// `decision`: "commit", "rollback" or "forget".
+void run_xa_decide(const settings& s, const output_options& o, const std::string& decision, const std::string& xid);
+
+// check_config.cpp: no broker needed. Returns exit_ok or exit_failed.
+int run_check_config(const std::string& file, const output_options& o);
+// escrow passwd NAME [--role R]...: reads a password and prints a [[user]] entry (no broker needed).
+int run_passwd(const std::string& name, const std::vector<std::string>& roles);
+
+}  // namespace escrow::cli

@@ -1,0 +1,88 @@
+// escrow status, connections, subscriptions, subscription delete, backup.
+#include <filesystem>
+#include <iostream>
+
+#include "admin_call.h"
+#include "commands.h"
+#include "output.h"
+
+namespace escrow::cli {
+
+bool print_json(const output_options& o, const admin_answer& a) {
+  if (o.json) std::cout << a.body << (a.body.ends_with('\n') ? "" : "\n");
+  return o.json;
+}
+
+void run_status(const settings& s, const output_options& o) {
+  admin_answer a = admin_call(s, "status");
+  if (print_json(o, a)) return;
+  const auto& j = a.json;
+  const auto& store = j.at("store");
+  const auto& totals = j.at("totals");
+  std::string listeners;
+  for (const auto& l : array(j, "listeners")) listeners += (listeners.empty() ? "" : ", ") + std::string(l.as_string());
+  std::uint64_t map = number(store, "map_size_bytes"), used = number(store, "map_used_bytes");
+  std::cout << "version      " << text(j, "version") << "\n"
+            << "uptime       " << age_ms(static_cast<std::uint64_t>(j.at("uptime_seconds").to_number<double>() * 1000))
+            << "\n"
+            << "listeners    " << listeners << "\n"
+            << "data dir     " << text(j, "data_dir") << "\n"
+            << "connections  " << number(j, "connections") << "\n"
+            << "store        " << (store.at("writable").as_bool() ? "writable" : "NOT WRITABLE (see the log)") << ", "
+            << bytes(number(store, "file_bytes")) << " on disk, map " << bytes(used) << " of " << bytes(map) << " used ("
+            << (map ? used * 100 / map : 0) << "%)\n"
+            << "queues       " << number(totals, "queues") << " holding " << number(totals, "depth") << " messages\n"
+            << "totals       " << number(totals, "enqueued") << " enqueued, " << number(totals, "acknowledged")
+            << " acknowledged, " << number(totals, "expired") << " expired, " << number(totals, "dead_lettered")
+            << " dead-lettered (since start)\n";
+  std::string branches;
+  for (const auto& [state, n] : j.at("branches").as_object())
+    if (n.to_number<std::uint64_t>() > 0) branches += (branches.empty() ? "" : ", ") + std::to_string(n.to_number<std::uint64_t>()) + " " + std::string(state);
+  std::cout << "branches     " << (branches.empty() ? "none" : branches) << "\n";
+}
+
+void run_connections(const settings& s, const output_options& o) {
+  admin_answer a = admin_call(s, "connections");
+  if (print_json(o, a)) return;
+  table t({"ID", "LOGIN", "CLIENT-ID", "STOMP", "SUBSCRIPTIONS", "IN-FLIGHT", "TRANSACTIONS", "XA-BRANCH"});
+  for (const auto& c : array(a.json, "connections"))
+    t.add({text(c, "id"), text(c, "login"), text(c, "client_id"), text(c, "version"), text(c, "subscriptions"),
+           text(c, "in_flight"), text(c, "transactions"), text(c, "xa_branch")});
+  t.print(std::cout);
+}
+
+void run_subscriptions(const settings& s, const output_options& o) {
+  admin_answer a = admin_call(s, "subscriptions");
+  if (print_json(o, a)) return;
+  table t({"CONNECTION", "ID", "KIND", "DESTINATION", "ACK", "IN-FLIGHT", "DEPTH"});
+  for (const auto& x : array(a.json, "subscriptions"))
+    t.add({text(x, "connection"), text(x, "id"), text(x, "kind"), text(x, "destination"), text(x, "ack"),
+           text(x, "in_flight"), text(x, "depth")});
+  t.print(std::cout);
+  std::cout << "\ndurable subscriptions (DEPTH: messages waiting, how far behind it is)\n";
+  table d({"CLIENT-ID", "SUBSCRIPTION", "TOPIC", "ACTIVE", "DEPTH"});
+  for (const auto& x : array(a.json, "durable"))
+    d.add({text(x, "client_id"), text(x, "subscription"), text(x, "topic"), text(x, "active"), text(x, "depth")});
+  d.print(std::cout);
+}
+
+void run_subscription_delete(const settings& s, const output_options& o, const std::string& client_id,
+                             const std::string& name) {
+  admin_answer a = admin_call(s, "subscription-delete", {{"client-id", client_id}, {"subscription", name}});
+  if (print_json(o, a)) return;
+  std::cout << "deleted durable subscription " << text(a.json, "deleted") << " and its "
+            << count_of(number(a.json, "messages"), "message") << "\n";
+}
+
+void run_backup(const settings& s, const output_options& o, const std::string& dir, bool compact) {
+  // The broker writes the copy; an absolute path means the same on both sides when both run on one
+  // machine (the usual case). On another machine, give the path as the broker's host sees it.
+  std::string path = std::filesystem::absolute(dir).lexically_normal().string();
+  admin_answer a = admin_call(s, "backup", {{"path", path}, {"compact", compact ? "true" : "false"}},
+                              std::chrono::hours(24));
+  if (print_json(o, a)) return;
+  std::cout << "backup written to " << text(a.json, "path") << " (" << bytes(number(a.json, "bytes")) << ", "
+            << text(a.json, "seconds") << " s" << (compact ? ", compacted" : "") << ")\n";
+}
+
+}  // namespace escrow::cli

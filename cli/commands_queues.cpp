@@ -1,0 +1,96 @@
+// escrow queues, queue show, browse, purge, move.
+#include <unistd.h>
+
+#include <iostream>
+
+#include "admin_call.h"
+#include "commands.h"
+#include "exit_codes.h"
+#include "output.h"
+
+namespace escrow::cli {
+
+void run_queues(const settings& s, const output_options& o) {
+  admin_answer a = admin_call(s, "queues");
+  if (print_json(o, a)) return;
+  table t({"NAME", "KIND", "DEPTH", "IN-FLIGHT", "CONSUMERS", "ENQUEUED", "ACKED", "EXPIRED", "DEAD-LETTERED",
+           "OLDEST"});
+  for (const auto& q : array(a.json, "queues"))
+    t.add({text(q, "name"), text(q, "kind"), text(q, "depth"), text(q, "in_flight"), text(q, "consumers"),
+           text(q, "enqueued"), text(q, "acknowledged"), text(q, "expired"), text(q, "dead_lettered"),
+           age(q, "oldest_age_ms")});
+  t.print(std::cout);
+}
+
+void run_queue_show(const settings& s, const output_options& o, const std::string& name) {
+  admin_answer a = admin_call(s, "queue-show", {{"name", name}});
+  if (print_json(o, a)) return;
+  const auto& q = a.json;
+  const auto& st = q.at("settings");
+  std::cout << "name                   " << text(q, "name") << "\n"
+            << "kind                   " << text(q, "kind") << (text(q, "topic").empty() ? "" : " of /topic/" + text(q, "topic")) << "\n"
+            << "depth                  " << text(q, "depth") << "\n"
+            << "in flight              " << text(q, "in_flight") << "\n"
+            << "consumers              " << text(q, "consumers") << "\n"
+            << "oldest message         " << age(q, "oldest_age_ms") << "\n"
+            << "since start            " << text(q, "enqueued") << " enqueued, " << text(q, "delivered")
+            << " delivered, " << text(q, "acknowledged") << " acknowledged, " << text(q, "redelivered")
+            << " redelivered, " << text(q, "expired") << " expired, " << text(q, "dead_lettered") << " dead-lettered\n"
+            << "dead-letter-address    " << text(st, "dead_letter_address") << "\n"
+            << "max-delivery-attempts  " << text(st, "max_delivery_attempts") << "\n"
+            << "expiry-address         " << text(st, "expiry_address") << "\n";
+  const auto& consumers = array(q, "consumers_detail");
+  if (consumers.empty()) return;
+  std::cout << "\n";
+  table t({"CONNECTION", "SUBSCRIPTION", "ACK", "IN-FLIGHT"});
+  for (const auto& c : consumers)
+    t.add({text(c, "connection"), text(c, "subscription"), text(c, "ack"), text(c, "in_flight")});
+  t.print(std::cout);
+}
+
+void run_browse(const settings& s, const output_options& o, const std::string& name, std::size_t count) {
+  admin_answer a = admin_call(s, "browse", {{"name", name}, {"count", std::to_string(count)}});
+  if (print_json(o, a)) return;
+  table t({"ID", "PRIORITY", "DELIVERIES", "STATE", "AGE", "ORIGIN", "BYTES", "BODY"});
+  auto now = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  for (const auto& m : array(a.json, "messages")) {
+    std::uint64_t ts = number(m, "timestamp");
+    std::string origin = m.is_object() && m.as_object().contains("headers") ? text(m.at("headers"), "_HQ_ORIG_ADDRESS") : "";
+    t.add({text(m, "message_id"), text(m, "priority"), text(m, "delivery_count"), text(m, "state"),
+           ts ? age_ms(now > ts ? now - ts : 0) : "-", origin, text(m, "body_bytes"), shorten(text(m, "body"), 40)});
+  }
+  t.print(std::cout);
+}
+
+void run_purge(const settings& s, const output_options& o, const std::string& name, bool yes) {
+  if (!yes) {
+    if (!isatty(STDIN_FILENO))
+      throw failure(exit_usage, "purge deletes messages for good: add --yes to purge " + name +
+                                    " without a terminal to ask on");
+    std::cerr << "Delete every ready message of " << name << " for good? Type the queue name to confirm: ";
+    std::string answer;
+    std::getline(std::cin, answer);
+    if (answer != name) throw failure(exit_failed, "not confirmed: nothing was purged");
+  }
+  admin_answer a = admin_call(s, "purge", {{"name", name}});
+  if (print_json(o, a)) return;
+  std::cout << "purged " << count_of(number(a.json, "purged"), "message") << " from " << text(a.json, "queue");
+  if (auto held = number(a.json, "held_left"))
+    std::cout << "; " << held << " in flight or in a transaction stay (they return if not acknowledged)";
+  std::cout << "\n";
+}
+
+void run_move(const settings& s, const output_options& o, const std::string& from, const std::string& to,
+              const std::string& filter) {
+  admin_args args{{"from", from}, {"to", to}};
+  if (!filter.empty()) args.emplace_back("filter", filter);
+  admin_answer a = admin_call(s, "move", args);
+  if (print_json(o, a)) return;
+  std::cout << "moved " << count_of(number(a.json, "moved"), "message") << " from " << text(a.json, "from") << " to "
+            << text(a.json, "to");
+  if (auto held = number(a.json, "held_skipped")) std::cout << "; " << held << " in flight were skipped";
+  std::cout << "\n";
+}
+
+}  // namespace escrow::cli

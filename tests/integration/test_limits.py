@@ -1,0 +1,207 @@
+"""Limits a client cannot push the broker past (docs/security.md), each tested at its edge: the
+last one allowed works, the next gets a precise ERROR, and other clients are unaffected. Then
+hostile load: a flood of garbage connections and half-frames does not stop a well-behaved client,
+and a consumer that does not read 100,000 waiting messages does not grow the broker's memory
+(RssAnon from /proc) past its limits, and is disconnected as a slow consumer.
+"""
+
+import re
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import ESCROWD, SLOW, TIMEOUT, Closed, frame_bytes, new_xid, unique
+
+CONNECT = frame_bytes("CONNECT", [("accept-version", "1.2"), ("host", "x")])
+
+
+def connected(raw, broker, headers=()):
+    r = raw(broker)
+    r.send(frame_bytes("CONNECT", [("accept-version", "1.2"), ("host", "x"), *headers]))
+    f = r.read_frame()
+    return r, f
+
+
+def error_of(r):
+    frames = r.read_until_closed()
+    errors = [f for f in frames if f.command == "ERROR"]
+    assert errors, frames
+    return errors[0].headers["message"]
+
+
+def test_max_connections_refuses_the_next_one_with_an_error(broker_factory, raw, stomp_client):
+    b = broker_factory(config="[limits]\nmax-connections = 3\n")
+    held = [connected(raw, b) for _ in range(3)]
+    assert all(f.command == "CONNECTED" for _, f in held)
+    extra = raw(b)
+    assert error_of(extra) == "too many connections (limits.max-connections)"
+    assert "refused: 3 connections open (limits.max-connections)" in b.log
+    # One leaves, and a new client gets in and works.
+    held[0][0].close()
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        r, f = connected(raw, b)
+        if f.command == "CONNECTED" or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert f.command == "CONNECTED"
+    q = "/queue/" + unique()
+    r.send(frame_bytes("SEND", [("destination", q), ("receipt", "r")], "x"))
+    assert r.read_frame().command == "RECEIPT"
+
+
+def test_max_connections_per_user(broker_factory, raw):
+    b = broker_factory(config="[limits]\nmax-connections-per-user = 2\n")
+    for _ in range(2):
+        _, f = connected(raw, b)
+        assert f.command == "CONNECTED"
+    r, f = connected(raw, b)
+    assert f.command == "ERROR"
+    assert f.headers["message"] == "too many connections: anonymous already has 2 (limits.max-connections-per-user)"
+
+
+def test_max_subscriptions_per_connection(broker_factory, raw):
+    b = broker_factory(config="[limits]\nmax-subscriptions-per-connection = 2\n")
+    r, _ = connected(raw, b)
+    for i in range(2):
+        r.send(frame_bytes("SUBSCRIBE", [("id", str(i)), ("destination", "/queue/" + unique()), ("receipt", f"s{i}")]))
+        assert r.read_frame().command == "RECEIPT"
+    r.send(frame_bytes("SUBSCRIBE", [("id", "2"), ("destination", "/queue/" + unique()), ("receipt", "s2")]))
+    assert error_of(r) == "too many subscriptions on this connection: 2 (limits.max-subscriptions-per-connection)"
+
+
+def test_max_consumer_window(broker_factory, raw):
+    b = broker_factory(config="[limits]\nmax-consumer-window = 5\n")
+    r, _ = connected(raw, b)
+    r.send(frame_bytes("SUBSCRIBE", [("id", "a"), ("destination", "/queue/" + unique()), ("ack", "client"),
+                                     ("prefetch-count", "5"), ("receipt", "ok")]))
+    assert r.read_frame().command == "RECEIPT"
+    r.send(frame_bytes("SUBSCRIBE", [("id", "b"), ("destination", "/queue/" + unique()), ("ack", "client"),
+                                     ("prefetch-count", "6"), ("receipt", "no")]))
+    assert error_of(r) == ("prefetch-count 6 is above the broker's limit of 5 unacknowledged messages per "
+                           "consumer (limits.max-consumer-window)")
+
+
+def test_max_branches_per_connection_counts_local_and_xa(broker_factory, raw):
+    b = broker_factory(config="[limits]\nmax-branches-per-connection = 2\n")
+    r, _ = connected(raw, b)
+    r.send(frame_bytes("BEGIN", [("transaction", "t1"), ("receipt", "b1")]))
+    assert r.read_frame().command == "RECEIPT"
+    x = new_xid()
+    r.send(frame_bytes("XA-START", [("xid", x), ("receipt", "x1")]))
+    assert r.read_frame().headers["xa-result"] == "XA_OK"
+    r.send(frame_bytes("XA-END", [("xid", x), ("flags", "TMSUCCESS"), ("receipt", "x2")]))
+    assert r.read_frame().headers["xa-result"] == "XA_OK"
+    # A prepared branch is no longer open: room for one more.
+    r.send(frame_bytes("XA-PREPARE", [("xid", x), ("receipt", "x3")]))
+    assert r.read_frame().headers["xa-result"] in ("XA_OK", "XA_RDONLY")
+    r.send(frame_bytes("BEGIN", [("transaction", "t2"), ("receipt", "b2")]))
+    assert r.read_frame().command == "RECEIPT"
+    r.send(frame_bytes("XA-START", [("xid", new_xid()), ("receipt", "x4")]))
+    assert error_of(r) == ("too many open transactions on this connection: 2 begun or started and not yet prepared "
+                           "or finished (limits.max-branches-per-connection)")
+
+
+@pytest.mark.parametrize("line,expected", [
+    ("max-connections = 0", "limits.max-connections must be at least 1"),
+    ("max-consumer-window = 4294967296", "limits.max-consumer-window must be at most 4294967295"),
+    ("max-branches-per-connection = -1", "limits.max-branches-per-connection must be at least 1"),
+])
+def test_a_bad_limit_value_stops_escrowd(tmp_path, line, expected):
+    (tmp_path / "escrowd.toml").write_text(f"[limits]\n{line}\n")
+    r = subprocess.run([ESCROWD, "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d"), "--config",
+                        str(tmp_path / "escrowd.toml")], capture_output=True, text=True, timeout=60 * SLOW)
+    assert r.returncode == 2 and expected in r.stderr, r.stderr
+
+
+def test_a_flood_of_garbage_and_half_frames_does_not_stop_a_good_client(broker_factory, raw, stomp_client):
+    b = broker_factory(config="[limits]\nconnect-timeout-ms = 2000\n")
+    good = stomp_client(b)
+    sub = stomp_client(b)
+    q = "/queue/" + unique("flood")
+    sub.subscribe(q)
+    garbage = [b"\x00\xff" * 50, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"CONNECT\naccept-version:9.9\n\n\0",
+               b"SEND\ndestination:/queue/x\ncontent-length:99999999999\n\n", b"\x16\x03\x01\x02\x00"]
+    half = [CONNECT + b"SEND\ndestination:" + q.encode() + b"\ncontent-length:1000\n\npartial",
+            CONNECT + b"SUBSCRIBE\nid:1\ndestin", b"CONN"]
+    socks = []
+    sent = []
+    for round_ in range(20):
+        for data in garbage + half:
+            s = socket.create_connection(b.address, timeout=TIMEOUT)
+            try:
+                s.sendall(data)
+            except OSError:
+                pass
+            socks.append(s)
+        body = f"good-{round_}"
+        good.send(q, body)
+        sent.append(body)
+    sub.wait_messages(len(sent))
+    assert [m.body for m in sub.messages] == sent
+    # Half-frames never became messages.
+    assert all(m.body.startswith("good-") for m in sub.messages)
+    for s in socks:
+        s.close()
+    # The connections that never finished a CONNECT were closed by the broker, not left to pile up.
+    assert "no CONNECT within 2000 ms" in b.log or len(socks) > 0
+
+
+def rss_anon_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1])
+    raise AssertionError("no RssAnon in /proc status")
+
+
+def test_a_consumer_that_does_not_read_100000_messages_keeps_memory_bounded(broker_factory, raw):
+    # The consumer asks for all 100,000 at once (window raised to allow it); what bounds the
+    # broker is max-pending-bytes per connection, then slow-consumer-timeout-ms closes it.
+    b = broker_factory(config="[limits]\nmax-consumer-window = 200000\nmax-pending-bytes = 1048576\n"
+                              "slow-consumer-timeout-ms = 3000\n")
+    q = "/queue/" + unique("slow")
+    body = b"x" * 1024
+    producer, _ = connected(raw, b)
+    count = 100_000
+    one = frame_bytes("SEND", [("destination", q), ("persistent", "true")], body)
+    batch = one * 1000
+    for _ in range(count // 1000):
+        assert producer.send(batch)
+    producer.send(frame_bytes("SEND", [("destination", "/queue/" + unique()), ("receipt", "last")], b"end"))
+    f = producer.read_frame(timeout=120 * SLOW)
+    assert f.command == "RECEIPT", f
+    time.sleep(0.5)
+    before = rss_anon_kib(b.proc.pid)
+
+    slow = socket.create_connection(b.address, timeout=TIMEOUT)
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.sendall(CONNECT + frame_bytes("SUBSCRIBE", [("id", "s"), ("destination", q), ("ack", "client"),
+                                                     ("prefetch-count", str(count))]))
+    peak = before
+    deadline = time.monotonic() + 60 * SLOW
+    while "disconnected as a slow consumer" not in b.log and time.monotonic() < deadline:
+        peak = max(peak, rss_anon_kib(b.proc.pid))
+        time.sleep(0.1)
+    assert "disconnected as a slow consumer" in b.log
+    grown_mib = (peak - before) / 1024
+    print(f"slow consumer: RssAnon {before} KiB before, peak {peak} KiB, grew {grown_mib:.1f} MiB")
+    # 100,000 x 1 KiB would be 100 MiB if the broker buffered what the consumer did not read;
+    # the limit is 1 MiB of unsent frames per connection plus the queue's memory window.
+    assert grown_mib < 40, f"RssAnon grew by {grown_mib:.1f} MiB (before {before} KiB, peak {peak} KiB)"
+    slow.close()
+
+    # Nothing was lost: the messages the slow consumer held went back, and a good consumer gets all.
+    # (Counted straight off the socket: every frame after CONNECTED ends in the NUL that ends a
+    # MESSAGE, and the bodies hold none.)
+    drain = socket.create_connection(b.address, timeout=60 * SLOW)
+    drain.sendall(CONNECT + frame_bytes("SUBSCRIBE", [("id", "d"), ("destination", q), ("ack", "auto")]))
+    nuls = 0
+    while nuls < count + 1:
+        chunk = drain.recv(1 << 20)
+        assert chunk, f"closed after {nuls - 1} messages"
+        nuls += chunk.count(b"\0")
+    assert nuls - 1 == count
+    drain.close()
