@@ -113,9 +113,11 @@ class stomp_connection {
     if (fd_ >= 0) ::close(fd_);
   }
 
-  // TCP connect, CONNECT, wait for CONNECTED (at most `timeout_s`). On failure returns false and
-  // sets error().
-  bool open(const std::string& host, int port_number, double timeout_s) {
+  // TCP connect, CONNECT, wait for CONNECTED (at most `timeout_s`). `vhost` is the CONNECT host
+  // header (RabbitMQ takes it as its virtual host: "/"); `login`/`passcode` are sent when not
+  // empty. On failure returns false and sets error().
+  bool open(const std::string& host, int port_number, double timeout_s, const std::string& vhost = "localhost",
+            const std::string& login = "", const std::string& passcode = "") {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -142,7 +144,8 @@ class stomp_connection {
 
     escrow::frame connect;
     connect.command = "CONNECT";
-    connect.add("accept-version", "1.2").add("host", "localhost").add("heart-beat", "0,0");
+    connect.add("accept-version", "1.2").add("host", vhost).add("heart-beat", "0,0");
+    if (!login.empty()) connect.add("login", login).add("passcode", passcode);
     if (!send(connect)) return false;
     auto f = next(clock_type::now() + to_duration(timeout_s));
     if (!f) {

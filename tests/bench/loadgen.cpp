@@ -11,6 +11,16 @@
 //   fsync  no broker: the disk's floor, 4 KiB pwrite + fdatasync in a loop, the price of one
 //          durable point that group commit amortises.
 //   probe  connects until the broker answers CONNECTED (used to time a restart).
+//   pingpong  no broker: the loopback round-trip floor, 64 bytes to and fro over one TCP
+//          connection on 127.0.0.1 (TCP_NODELAY) in a loop for --seconds.
+//
+// The same runs work against other STOMP brokers (scripts/bench-peers drives RabbitMQ and
+// ActiveMQ): --vhost sets the CONNECT host header (RabbitMQ's virtual host, "/"), --login and
+// --passcode the credentials, --prefetch-header the SUBSCRIBE header that carries --prefetch
+// (ActiveMQ: activemq.prefetchSize). --tx N makes each producer send local transactions of N
+// SENDs (BEGIN, N SENDs, COMMIT with a receipt, in one write), one transaction in flight; the
+// send-to-receipt latency is then BEGIN-to-COMMIT-receipt. --kill-pid P sends SIGKILL to P as soon
+// as every producer has its last RECEIPT (the durability runs: restart, drain, count survivors).
 //
 // For the expiry benchmark, fill can make every Nth message expire at a given time
 // (--expire-every, --expires-at; their bodies are not numbered, so a drain of the others sees no
@@ -20,6 +30,10 @@
 // sockets; every thread owns its socket and its frame_parser. Times are taken with steady_clock.
 // The last line that starts with "RESULT " is machine-readable (key=value pairs).
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -67,12 +81,19 @@ struct options {
   std::uint64_t expire_every = 0;  // fill/run: every Nth message expires at expires_at (0: none)
   std::uint64_t expires_at = 0;    // epoch ms
   std::uint64_t timeline_ms = 0;   // drain: print "TIMELINE epoch_ms received" this often (0: no)
+  std::string vhost = "localhost";  // CONNECT host header
+  std::string login;
+  std::string passcode;
+  std::string prefetch_header = "prefetch-count";
+  std::uint32_t tx = 0;   // > 0: local transactions of this many SENDs, receipted COMMIT
+  int kill_pid = 0;       // > 0: SIGKILL this pid right after the last RECEIPT of every producer
+  bool omit_persistent_false = false;  // non-persistent SENDs carry no persistent header at all
 };
 
 void usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [options]\n"
-               "  --mode run|fill|drain|fsync|probe   (run)\n"
+               "  --mode run|fill|drain|fsync|probe|pingpong   (run)\n"
                "  --host ADDR                         (127.0.0.1)\n"
                "  --port N                            (61613)\n"
                "  --producers N                       (1)\n"
@@ -90,7 +111,15 @@ void usage(const char* argv0) {
                "  --dir D        fsync mode: directory of the test file (.)\n"
                "  --seconds S    fsync mode: duration (3)\n"
                "  --expire-every N --expires-at MS   every Nth message sent expires at epoch ms MS\n"
-               "  --timeline-ms T  drain mode: print TIMELINE <epoch ms> <received> every T ms\n",
+               "  --timeline-ms T  drain mode: print TIMELINE <epoch ms> <received> every T ms\n"
+               "  --vhost H      CONNECT host header (localhost; RabbitMQ: /)\n"
+               "  --login L --passcode P   CONNECT credentials (none)\n"
+               "  --prefetch-header NAME   SUBSCRIBE header carrying --prefetch (prefetch-count)\n"
+               "  --tx N         producers send transactions of N SENDs with a receipted COMMIT (0: no)\n"
+               "  --kill-pid P   SIGKILL pid P right after the last RECEIPT of every producer\n"
+               "  --omit-persistent-false true|false  non-persistent SENDs without a persistent header\n"
+               "                 (RabbitMQ takes persistent:false as durable:false and refuses to\n"
+               "                 redeclare the durable queue the consumers declared) (false)\n",
                argv0);
 }
 
@@ -99,7 +128,8 @@ option_value set_option(options& o, std::string_view name, const std::string& va
   bool ok = true;
   if (name == "--mode") {
     o.mode = value;
-    ok = value == "run" || value == "fill" || value == "drain" || value == "fsync" || value == "probe";
+    ok = value == "run" || value == "fill" || value == "drain" || value == "fsync" || value == "probe" ||
+         value == "pingpong";
   } else if (name == "--host") {
     o.host = value;
   } else if (name == "--port") {
@@ -137,6 +167,22 @@ option_value set_option(options& o, std::string_view name, const std::string& va
     ok = parse_number(value, o.expires_at);
   } else if (name == "--timeline-ms") {
     ok = parse_number(value, o.timeline_ms);
+  } else if (name == "--vhost") {
+    o.vhost = value;
+  } else if (name == "--login") {
+    o.login = value;
+  } else if (name == "--passcode") {
+    o.passcode = value;
+  } else if (name == "--prefetch-header") {
+    o.prefetch_header = value;
+    ok = !value.empty();
+  } else if (name == "--tx") {
+    ok = parse_number(value, o.tx);
+  } else if (name == "--omit-persistent-false") {
+    ok = value == "true" || value == "false";
+    o.omit_persistent_false = value == "true";
+  } else if (name == "--kill-pid") {
+    ok = parse_number(value, o.kill_pid) && o.kill_pid > 1;
   } else {
     return option_value::unknown;
   }
@@ -159,6 +205,7 @@ struct shared_state {
   std::atomic<std::uint64_t> received{0};  // MESSAGE frames so far, all consumers
   std::atomic<int> subscribed{0};        // consumers whose SUBSCRIBE has been confirmed
   std::atomic<int> producers_done{0};
+  std::atomic<int> producers_receipted{0};  // producers that have every RECEIPT they asked for
   std::atomic<bool> failed{false};       // some connection failed
   std::mutex log_mutex;
   time_point t0;                         // set before go
@@ -192,7 +239,7 @@ struct consumer_result {
 void run_producer(const options& o, int index, shared_state& st, producer_result& r) {
   std::string who = "producer " + std::to_string(index);
   stomp_connection c;
-  if (!c.open(o.host, o.port, o.timeout)) {
+  if (!c.open(o.host, o.port, o.timeout, o.vhost, o.login, o.passcode)) {
     st.complain(who, c.error());
     ++st.producers_done;
     return;
@@ -242,7 +289,59 @@ void run_producer(const options& o, int index, shared_state& st, producer_result
 
   bool ok = true;
   std::uint64_t numbered = 0;  // bodies of messages that do not expire are numbered without gaps
-  for (std::uint64_t seq = 0; seq < o.count && ok; ++seq) {
+  if (o.tx > 0) {
+    // Local transactions: BEGIN, tx SENDs, COMMIT with a receipt, one write; wait for the receipt.
+    const std::uint64_t transactions = o.count / o.tx;
+    r.latency_us.reserve(transactions);
+    for (std::uint64_t t = 0; t < transactions && ok; ++t) {
+      const std::string txid = "t" + std::to_string(index) + "-" + std::to_string(t);
+      wire.clear();
+      escrow::frame b;
+      b.command = "BEGIN";
+      b.add("transaction", txid);
+      escrow::encode_to(wire, b);
+      for (std::uint32_t i = 0; i < o.tx; ++i) {
+        escrow::frame f;
+        f.command = "SEND";
+        f.body = "p" + std::to_string(index) + "-" + std::to_string(numbered++) + "|";
+        if (f.body.size() < o.body_size) f.body.append(padding, 0, o.body_size - f.body.size());
+        f.add("destination", destination);
+        if (o.persistent || !o.omit_persistent_false) f.add("persistent", o.persistent ? "true" : "false");
+        f.add("transaction", txid);
+        f.add("content-length", std::to_string(f.body.size()));
+        escrow::encode_to(wire, f);
+      }
+      escrow::frame cm;
+      cm.command = "COMMIT";
+      cm.add("transaction", txid).add("receipt", "c" + std::to_string(t));
+      escrow::encode_to(wire, cm);
+      auto now = clock_type::now();
+      if (t == 0) r.first_send = now;
+      if (!c.write_all(wire)) {
+        st.complain(who, c.error());
+        ok = false;
+        break;
+      }
+      r.last_send = clock_type::now();
+      r.sent += o.tx;
+      auto g = c.next(clock_type::now() + timeout);
+      if (!g) {
+        st.complain(who, c.broken() ? c.error() : "stalled: no RECEIPT for COMMIT " + txid);
+        ok = false;
+        break;
+      }
+      if (g->command != "RECEIPT" || g->get("receipt-id") != "c" + std::to_string(t)) {
+        st.complain(who, "expected the RECEIPT of COMMIT " + txid + ", got " + stomp_connection::describe(*g));
+        ok = false;
+        break;
+      }
+      auto done = clock_type::now();
+      r.latency_us.push_back(micros(done - now));
+      r.last_receipt = done;
+      r.receipted += o.tx;
+    }
+  }
+  for (std::uint64_t seq = 0; seq < o.count && ok && o.tx == 0; ++seq) {
     while (o.window > 0 && outstanding >= o.window && ok) ok = wait_one();
     if (!ok) break;
     escrow::frame f;
@@ -253,7 +352,7 @@ void run_producer(const options& o, int index, shared_state& st, producer_result
     f.body = prefix;
     if (prefix.size() < o.body_size) f.body.append(padding, 0, o.body_size - prefix.size());
     f.add("destination", destination);
-    f.add("persistent", o.persistent ? "true" : "false");
+    if (o.persistent || !o.omit_persistent_false) f.add("persistent", o.persistent ? "true" : "false");
     f.add("content-length", std::to_string(f.body.size()));
     if (o.window > 0) f.add("receipt", "s" + std::to_string(seq));
     wire.clear();
@@ -285,6 +384,13 @@ void run_producer(const options& o, int index, shared_state& st, producer_result
     }
   }
   while (ok && outstanding > 0) ok = wait_one();
+  if (ok && o.kill_pid > 0 && ++st.producers_receipted == o.producers) {
+    // The last producer with all its receipts: kill the broker now, before anything else.
+    ::kill(o.kill_pid, SIGKILL);
+    std::printf("killed pid %d with SIGKILL right after the last RECEIPT\n", o.kill_pid);
+    ++st.producers_done;
+    return;
+  }
   if (ok) disconnect(c, o.timeout);
   ++st.producers_done;
 }
@@ -304,7 +410,7 @@ bool parse_body(std::string_view body, std::uint32_t& producer, std::uint32_t& s
 void run_consumer(const options& o, int index, shared_state& st, consumer_result& r) {
   std::string who = "consumer " + std::to_string(index);
   stomp_connection c;
-  if (!c.open(o.host, o.port, o.timeout)) {
+  if (!c.open(o.host, o.port, o.timeout, o.vhost, o.login, o.passcode)) {
     st.complain(who, c.error());
     ++st.subscribed;
     return;
@@ -312,7 +418,7 @@ void run_consumer(const options& o, int index, shared_state& st, consumer_result
   escrow::frame sub;
   sub.command = "SUBSCRIBE";
   sub.add("id", "0").add("destination", "/queue/" + o.queue).add("ack", o.ack);
-  sub.add("prefetch-count", std::to_string(o.prefetch)).add("receipt", "sub");
+  sub.add(o.prefetch_header, std::to_string(o.prefetch)).add("receipt", "sub");
   if (!c.send(sub)) {
     st.complain(who, c.error());
     ++st.subscribed;
@@ -452,7 +558,7 @@ producer_summary summarize(std::vector<producer_result>& results, const options&
     s.end = std::max({s.end, r.last_send, r.last_receipt});
     all.insert(all.end(), r.latency_us.begin(), r.latency_us.end());
   }
-  if (o.window > 0) {
+  if (o.window > 0 || o.tx > 0) {
     s.p50 = quantile(all, 0.50);
     s.p99 = quantile(all, 0.99);
   }
@@ -549,7 +655,7 @@ int mode_run_or_fill(const options& o) {
     std::printf("RESULT mode=fill sent=%llu receipted=%llu send_rate=%.1f p50_us=%lld p99_us=%lld elapsed_s=%.3f\n",
                 static_cast<unsigned long long>(ps.sent), static_cast<unsigned long long>(ps.receipted), send_rate,
                 static_cast<long long>(ps.p50), static_cast<long long>(ps.p99), elapsed);
-    bool complete = ps.sent == expected && (o.window == 0 || ps.receipted == ps.sent);
+    bool complete = ps.sent == expected && ((o.window == 0 && o.tx == 0) || ps.receipted == ps.sent);
     return complete && !st.failed ? 0 : 1;
   }
 
@@ -574,7 +680,7 @@ int mode_run_or_fill(const options& o) {
               static_cast<unsigned long long>(t.missing), static_cast<unsigned long long>(t.unparsable),
               static_cast<unsigned long long>(t.out_of_order));
   std::printf("  send %.0f msgs/s, end-to-end %.0f msgs/s", send_rate, e2e_rate);
-  if (o.window > 0)
+  if (o.window > 0 || o.tx > 0)
     std::printf(", send-to-receipt p50 %lld us, p99 %lld us", static_cast<long long>(ps.p50), static_cast<long long>(ps.p99));
   std::printf(", %.2f s\n", elapsed);
   for (const auto& e : t.examples) std::printf("  %s\n", e.c_str());
@@ -615,9 +721,10 @@ int mode_drain(const options& o) {
               static_cast<unsigned long long>(t.missing), static_cast<unsigned long long>(t.out_of_order), drain_rate,
               elapsed);
   for (const auto& e : t.examples) std::printf("  %s\n", e.c_str());
-  std::printf("RESULT mode=drain received=%llu duplicates=%llu missing=%llu drain_rate=%.1f elapsed_s=%.3f "
+  std::printf("RESULT mode=drain received=%llu unique=%llu duplicates=%llu missing=%llu drain_rate=%.1f elapsed_s=%.3f "
               "out_of_order=%llu\n",
-              static_cast<unsigned long long>(received), static_cast<unsigned long long>(t.duplicates),
+              static_cast<unsigned long long>(received), static_cast<unsigned long long>(t.unique),
+              static_cast<unsigned long long>(t.duplicates),
               static_cast<unsigned long long>(t.missing), drain_rate, elapsed,
               static_cast<unsigned long long>(t.out_of_order));
   bool ok = !st.failed && received >= o.count && t.duplicates == 0 && t.missing == 0 && t.unparsable == 0;
@@ -659,6 +766,78 @@ int mode_fsync(const options& o) {
   return rc;
 }
 
+// The loopback round trip: a thread echoes 64-byte pings on 127.0.0.1; one ping in flight.
+int mode_pingpong(const options& o) {
+  int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (lfd < 0 || ::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(lfd, 1) != 0 ||
+      ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::fprintf(stderr, "loadgen: cannot listen on 127.0.0.1: %s\n", std::strerror(errno));
+    return 1;
+  }
+  constexpr std::size_t size = 64;
+  auto read_full = [](int fd, char* p, std::size_t n) {
+    while (n > 0) {
+      ssize_t k = ::recv(fd, p, n, 0);
+      if (k <= 0) return false;
+      p += k;
+      n -= static_cast<std::size_t>(k);
+    }
+    return true;
+  };
+  std::thread echo([&] {
+    int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    char buf[size];
+    while (read_full(fd, buf, size))
+      if (::send(fd, buf, size, MSG_NOSIGNAL) != static_cast<ssize_t>(size)) break;
+    ::close(fd);
+  });
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  int rc = 0;
+  std::vector<std::int64_t> latency_us;
+  auto start = clock_type::now();
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    std::fprintf(stderr, "loadgen: cannot connect to the echo thread: %s\n", std::strerror(errno));
+    rc = 1;
+  } else {
+    char buf[size];
+    std::memset(buf, 'p', size);
+    start = clock_type::now();
+    auto until = start + to_duration(o.seconds);
+    do {
+      auto before = clock_type::now();
+      if (::send(fd, buf, size, MSG_NOSIGNAL) != static_cast<ssize_t>(size) || !read_full(fd, buf, size)) {
+        std::fprintf(stderr, "loadgen: ping failed: %s\n", std::strerror(errno));
+        rc = 1;
+        break;
+      }
+      latency_us.push_back(micros(clock_type::now() - before));
+    } while (clock_type::now() < until);
+  }
+  double elapsed = seconds_between(start, clock_type::now());
+  ::shutdown(fd, SHUT_RDWR);
+  ::close(fd);
+  ::shutdown(lfd, SHUT_RDWR);
+  echo.join();
+  ::close(lfd);
+  std::size_t n = latency_us.size();
+  double per_s = elapsed > 0 ? static_cast<double>(n) / elapsed : 0;
+  std::int64_t p50 = quantile(latency_us, 0.50), p99 = quantile(latency_us, 0.99);
+  std::printf("pingpong: %zu round trips of 64 bytes over 127.0.0.1 in %.2f s: %.0f/s, p50 %lld us, p99 %lld us\n", n,
+              elapsed, per_s, static_cast<long long>(p50), static_cast<long long>(p99));
+  std::printf("RESULT mode=pingpong rt_per_s=%.1f p50_us=%lld p99_us=%lld count=%zu elapsed_s=%.3f\n", per_s,
+              static_cast<long long>(p50), static_cast<long long>(p99), n, elapsed);
+  return rc;
+}
+
 // Tries to connect (and get CONNECTED) until it works or the timeout passes.
 int mode_probe(const options& o) {
   auto start = clock_type::now();
@@ -668,7 +847,7 @@ int mode_probe(const options& o) {
   while (clock_type::now() < until) {
     ++attempts;
     stomp_connection c;
-    if (c.open(o.host, o.port, 5)) {
+    if (c.open(o.host, o.port, 5, o.vhost, o.login, o.passcode)) {
       disconnect(c, 5);
       double s = seconds_between(start, clock_type::now());
       std::printf("RESULT mode=probe connected_after_s=%.4f attempts=%d\n", s, attempts);
@@ -693,6 +872,11 @@ int main(int argc, char** argv) {
   }
   if (o->mode == "fsync") return mode_fsync(*o);
   if (o->mode == "probe") return mode_probe(*o);
+  if (o->mode == "pingpong") return mode_pingpong(*o);
+  if (o->tx > 0 && o->count % o->tx != 0) {
+    std::fprintf(stderr, "loadgen: --count must be a multiple of --tx\n");
+    return 2;
+  }
   if (o->mode == "drain") {
     if (o->consumers < 1) {
       std::fprintf(stderr, "loadgen: drain needs --consumers >= 1\n");
