@@ -280,16 +280,26 @@ void broker::on_connect(std::uint64_t id, std::shared_ptr<outbound> out, connect
 }
 
 void broker::on_frames(std::uint64_t id, std::vector<frame> frames) {
-  impl_->post([m = impl_.get(), id, frames = std::move(frames)]() mutable {
+  std::size_t bytes = 0;
+  for (const auto& f : frames) bytes += f.body.size() + 64;
+  impl_->inbound_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  impl_->post([m = impl_.get(), id, bytes, frames = std::move(frames)]() mutable {
     auto it = m->connections.find(id);
-    if (it == m->connections.end()) return;
-    connection_ptr c = it->second;
-    for (auto& f : frames) {
-      if (c->input_closed) break;
-      m->handle_frame(c, f);
+    if (it != m->connections.end()) {
+      connection_ptr c = it->second;
+      for (auto& f : frames) {
+        if (c->input_closed) break;
+        m->handle_frame(c, f);
+      }
+      m->flush();
     }
-    m->flush();
+    m->inbound_bytes.fetch_sub(bytes, std::memory_order_relaxed);
   });
+}
+
+bool broker::reading_paused() const {
+  return impl_->inbound_bytes.load(std::memory_order_relaxed) + impl_->store.queued_bytes() >
+         impl_->config.max_unstored_bytes;
 }
 
 void broker::on_closed(std::uint64_t id) {

@@ -65,6 +65,10 @@ class broker {
 
   // The session accepted CONNECT: the core answers CONNECTED through `out`.
   void on_connect(std::uint64_t connection_id, std::shared_ptr<outbound> out, connect_info info);
+  // Whether sessions should stop reading for now: more than limits.max-unstored-bytes of received
+  // frames wait for the core or for the disk. Thread-safe.
+  bool reading_paused() const;
+
   // Frames after CONNECT, in arrival order (all those one read brought).
   void on_frames(std::uint64_t connection_id, std::vector<frame> frames);
   // The connection is gone: its unacknowledged messages return to their queues.

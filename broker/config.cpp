@@ -253,6 +253,7 @@ std::string apply_config(const toml::table& root, const std::string& path, broke
         {"max-pending-bytes", unsigned_field(config.max_pending_bytes, 4096)},
         {"connect-timeout-ms", unsigned_field(config.connect_timeout_ms, 1)},
         {"slow-consumer-timeout-ms", unsigned_field(config.slow_consumer_timeout_ms)},
+        {"max-unstored-bytes", unsigned_field(config.max_unstored_bytes, 1024 * 1024)},
         {"max-connections", unsigned_field(config.max_connections, 1)},
         {"max-connections-per-user", unsigned_field(config.max_connections_per_user, 1)},
         {"max-subscriptions-per-connection", unsigned_field(config.max_subscriptions_per_connection, 1)},

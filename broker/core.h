@@ -114,6 +114,7 @@ struct broker::impl {
   storage::store& store;
   broker_config config;
   std::atomic<std::uint64_t> next_connection_id{1};
+  std::atomic<std::size_t> inbound_bytes{0};  // frames handed to the core and not yet handled
 
   // --- core strand state ---
   std::map<std::string, queue_ptr> queues;  // by storage name ("q/NAME", "d/CLIENT\0SUB")

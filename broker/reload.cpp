@@ -43,6 +43,7 @@ std::vector<std::string> changes_needing_restart(const broker_config& a, const b
   check(a.connect_timeout_ms == b.connect_timeout_ms, "limits.connect-timeout-ms");
   check(a.max_connections == b.max_connections, "limits.max-connections");
   check(a.slow_consumer_timeout_ms == b.slow_consumer_timeout_ms, "limits.slow-consumer-timeout-ms");
+  check(a.max_unstored_bytes == b.max_unstored_bytes, "limits.max-unstored-bytes");
   check(a.max_connections_per_user == b.max_connections_per_user, "limits.max-connections-per-user");
   check(a.max_subscriptions_per_connection == b.max_subscriptions_per_connection,
         "limits.max-subscriptions-per-connection");

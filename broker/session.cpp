@@ -257,7 +257,20 @@ template <typename Stream>
 asio::awaitable<void> basic_session<Stream>::read_loop() {
   std::vector<char> buffer(64 * 1024);
   std::vector<frame> frames;
+  asio::steady_timer pause(stream_.get_executor());
   while (!closing_) {
+    // Back-pressure: while more than max-unstored-bytes of received frames wait for the core or
+    // the disk, nothing more is read; TCP then slows the producers down. Short polls: the wait
+    // ends as soon as the committer has caught up.
+    for (bool logged = false; connected_ && !closing_ && core_.reading_paused(); logged = true) {
+      if (!logged)
+        spdlog::debug("connection {} ({}): reading paused: received frames wait for the core or the disk "
+                      "(limits.max-unstored-bytes)", id_, peer_);
+      last_read_ = clock::now();  // our choice, not the client's silence
+      pause.expires_after(std::chrono::milliseconds(2));
+      co_await pause.async_wait(kNoThrow);
+    }
+    if (closing_) break;
     auto [ec, n] = co_await stream_.async_read_some(asio::buffer(buffer), kNoThrow);
     if (ec || closing_) break;
     last_read_ = clock::now();

@@ -53,6 +53,7 @@ struct pending_batch {
   batch work;
   store::completion done;
   status result;
+  std::size_t bytes = 0;  // counted in store::impl::queued_bytes until completed
 };
 
 }  // namespace
@@ -76,6 +77,7 @@ struct store::impl {
   std::atomic<bool> failed{false};
   std::chrono::steady_clock::time_point last_trim;  // committer thread only
   std::atomic<std::uint64_t> commits{0};
+  std::atomic<std::size_t> queued_bytes{0};  // submitted batches not yet completed
   std::atomic<std::uint64_t> batches{0};
   // Metrics histograms, written by the committer only (relaxed atomics, no lock; see
   // docs/locking.md). Bucket i counts values <= kBatchBounds[i]; the last bucket the rest.
@@ -322,7 +324,10 @@ void store::impl::sync_and_complete(std::vector<pending_batch>& unsynced) {
 }
 
 void store::impl::complete(std::vector<pending_batch>& done) {
-  for (auto& p : done) p.done(std::move(p.result));
+  for (auto& p : done) {
+    queued_bytes.fetch_sub(p.bytes, std::memory_order_relaxed);
+    p.done(std::move(p.result));
+  }
   done.clear();
 }
 
@@ -484,9 +489,11 @@ status store::copy_to(const std::string& dir, bool compact) const {
 }
 
 void store::submit(batch b, completion done) {
+  std::size_t bytes = b.byte_size();
+  impl_->queued_bytes.fetch_add(bytes, std::memory_order_relaxed);
   {
     std::lock_guard lock(impl_->mutex);
-    impl_->waiting.push_back(pending_batch{std::move(b), std::move(done), {}});
+    impl_->waiting.push_back(pending_batch{std::move(b), std::move(done), {}, bytes});
   }
   impl_->wake.notify_one();
 }
@@ -585,6 +592,8 @@ void store::impl::observe_fsync(std::chrono::steady_clock::duration d) {
   fsync_nanoseconds.fetch_add(static_cast<std::uint64_t>(std::chrono::nanoseconds(d).count()),
                               std::memory_order_relaxed);
 }
+
+std::size_t store::queued_bytes() const { return impl_->queued_bytes.load(std::memory_order_relaxed); }
 
 commit_stats store::stats() const {
   const impl& m = *impl_;

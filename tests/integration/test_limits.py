@@ -205,3 +205,35 @@ def test_a_consumer_that_does_not_read_100000_messages_keeps_memory_bounded(brok
         nuls += chunk.count(b"\0")
     assert nuls - 1 == count
     drain.close()
+
+
+def test_a_producer_faster_than_the_disk_is_paused_and_loses_nothing(broker_factory):
+    # 1 MiB of received-but-unstored frames at most: a producer sending 50,000 persistent 1 KiB
+    # messages without receipts outruns the group commit, the broker stops reading from it
+    # (TCP slows it down), and every message is stored in the end.
+    b = broker_factory(config="[limits]\nmax-unstored-bytes = 1048576\n", args=["--log-level", "debug"])
+    q = "/queue/" + unique("fast")
+    count = 50_000
+    before = rss_anon_kib(b.proc.pid)
+    producer = socket.create_connection(b.address, timeout=60 * SLOW)
+    producer.sendall(CONNECT)
+    one = frame_bytes("SEND", [("destination", q), ("persistent", "true")], b"y" * 1024)
+    for _ in range(count // 1000):
+        producer.sendall(one * 1000)
+    producer.sendall(frame_bytes("SEND", [("destination", q), ("receipt", "last")], b"end"))
+    data = b""
+    while b"receipt-id:last" not in data:
+        chunk = producer.recv(65536)
+        assert chunk, "closed before the last receipt"
+        data += chunk
+    grown_mib = (rss_anon_kib(b.proc.pid) - before) / 1024
+    assert "reading paused: received frames wait for the core or the disk" in b.log
+    assert grown_mib < 40, f"RssAnon grew by {grown_mib:.1f} MiB"
+    drain = socket.create_connection(b.address, timeout=60 * SLOW)
+    drain.sendall(CONNECT + frame_bytes("SUBSCRIBE", [("id", "d"), ("destination", q), ("ack", "auto")]))
+    nuls = 0
+    while nuls < count + 2:  # CONNECTED, the messages, "end"
+        chunk = drain.recv(1 << 20)
+        assert chunk, f"closed after {nuls - 1} messages"
+        nuls += chunk.count(b"\0")
+    assert nuls == count + 2

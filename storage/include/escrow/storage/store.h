@@ -107,6 +107,8 @@ class store {
   status copy_to(const std::string& dir, bool compact) const;
 
   commit_stats stats() const;
+  // Bytes of batches submitted and not yet completed (what waits for the disk). Any thread.
+  std::size_t queued_bytes() const;
   // False once a commit or sync failed: every later write is refused until escrowd restarts.
   bool writable() const;
 
