@@ -229,10 +229,12 @@ def test_a_producer_faster_than_the_disk_is_paused_and_loses_nothing(broker_fact
         data += chunk
     grown_mib = (rss_anon_kib(b.proc.pid) - before) / 1024
     # Under ASan and UBSan the broker's own handling of each frame is slower than the group commit,
-    # so the limit may never be reached there; the bound on memory and the count still hold.
+    # so the limit may never be reached there, and ASan keeps freed memory in its quarantine (256 MiB
+    # by default), so RssAnon says nothing about what escrowd holds: both are checked in the normal
+    # build only. That every message is stored is checked in both.
     if not os.environ.get("ESCROW_SANITIZED"):
         assert "reading paused: received frames wait for the core or the disk" in b.log
-    assert grown_mib < 40, f"RssAnon grew by {grown_mib:.1f} MiB"
+        assert grown_mib < 40, f"RssAnon grew by {grown_mib:.1f} MiB"
     drain = socket.create_connection(b.address, timeout=60 * SLOW)
     drain.sendall(CONNECT + frame_bytes("SUBSCRIBE", [("id", "d"), ("destination", q), ("ack", "auto")]))
     nuls = 0
