@@ -100,6 +100,7 @@ int main(int, char** argv) {
 """
 
 
+@pytest.mark.xdist_group("meson-install")  # with test_install.py: one meson install at a time
 def test_installed_library_builds_an_application_with_pkg_config(broker, tmp_path):
     """meson install into a staging directory, then pkg-config --cflags --libs escrow compiles and
     links a small application, which talks to the broker."""

@@ -21,6 +21,10 @@ import pytest
 
 from conftest import ESCROWD, ROOT, TIMEOUT, Broker, Client, drain, unique
 
+# `meson install` writes its log into the build directory: the tests that run it share one
+# pytest-xdist worker (scripts/test), and the installed tree is made once for all of them.
+pytestmark = pytest.mark.xdist_group("meson-install")
+
 BUILD_DIR = Path(os.environ.get("ESCROW_BUILD_DIR") or Path(ESCROWD).resolve().parents[1])
 
 # How long escrowd waits for connections to close at a stop (broker/graceful_stop.h).

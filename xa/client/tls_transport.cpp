@@ -212,9 +212,17 @@ class tls_transport final : public transport {
  private:
   // REQUIRES: ssl_mutex_ held. Describes a failed SSL call; after it the SSL object is not used
   // again for anything but freeing.
+  // The first failure's text is kept: the reader and a writer both see a broken connection, and
+  // only the one that read the broker's alert has its reason in OpenSSL's queue.
   std::string failure(int code) {
-    int saved_errno = errno;
+    if (failed_) return first_failure_;
     failed_ = true;
+    first_failure_ = describe(code);
+    return first_failure_;
+  }
+  std::string describe(int code) {
+    int saved_errno = errno;
+    if (code == SSL_ERROR_ZERO_RETURN) return "the broker closed the connection";
     if (code == SSL_ERROR_SYSCALL) {
       std::string queued = openssl_errors();
       if (!queued.empty()) return queued;
@@ -237,6 +245,7 @@ class tls_transport final : public transport {
   const int write_timeout_ms_;  // -1: none
   std::mutex ssl_mutex_;        // serialises every call on ssl_; never held while waiting
   bool failed_ = false;         // guarded by ssl_mutex_: a fatal error happened (no close_notify)
+  std::string first_failure_;   // guarded by ssl_mutex_: what failure() said first
   std::atomic<bool> shut_{false};
 };
 
