@@ -58,7 +58,7 @@ struct broker_config {
   frame_limits frames;
   std::size_t max_pending_bytes = 4 * 1024 * 1024;  // per connection, not yet written to its socket
   std::uint64_t connect_timeout_ms = 30000;         // a connection must send CONNECT within this
-  std::size_t max_unstored_bytes = 64 * 1024 * 1024;  // received, not yet handled and stored: above it no reading
+  std::size_t max_unstored_bytes = 16 * 1024 * 1024;  // received, not yet handled and stored: above it no reading
   std::uint64_t slow_consumer_timeout_ms = 60000;   // a write blocked this long closes the connection; 0: never
   std::uint32_t max_connections = 10000;            // open at once, over every listener
   std::uint32_t max_connections_per_user = 1000;    // open at once by one user (anonymous counts as one)

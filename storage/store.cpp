@@ -414,13 +414,13 @@ void store::impl::run_committer() {
 // Every page LMDB reads through its read-only shared map (each page a write transaction copies
 // before changing it, each message delivered) stays mapped into this process and counts in its
 // resident set, so a deep backlog would make escrowd look as big as its data file. The pages are
-// the kernel's page cache, not ours: five times a second, drop our mappings of them. The kernel keeps
+// the kernel's page cache, not ours: twenty times a second, drop our mappings of them. The kernel keeps
 // them cached; the next access maps them again with a minor fault. Readers on other threads are
 // unaffected: LMDB never rewrites a page a live reader can see, and a dropped page reads back the
 // same bytes from the file.
 void store::impl::trim_resident_pages() {
   auto now = std::chrono::steady_clock::now();
-  if (now - last_trim < std::chrono::milliseconds(200)) return;
+  if (now - last_trim < std::chrono::milliseconds(50)) return;
   last_trim = now;
   if (map_base == nullptr) return;
   MDB_envinfo info{};
