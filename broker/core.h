@@ -59,6 +59,7 @@ struct connection {
   bool input_closed = false;   // ERROR or DISCONNECT: later frames are ignored
   bool output_closed = false;  // ERROR sent or connection gone: nothing more is written
   std::string outbox;          // frames encoded during this core turn, sent at its end
+  std::size_t last_outbox = 0; // bytes of the outbox sent last: the next one starts with that room
 };
 using connection_ptr = std::shared_ptr<connection>;
 
@@ -213,6 +214,9 @@ struct broker::impl {
   void schedule_expiry();
 
   // Output.
+  // The connection's outbox with room for `bytes` more; the first write of a core turn marks the
+  // connection for flush().
+  std::string& outbox_for(connection& c, std::size_t bytes);
   void write(connection& c, const frame& f);
   void write_message(connection& c, const subscription& s, std::uint64_t tag, const queue_entry& e);
   void receipt(connection& c, const frame& request);

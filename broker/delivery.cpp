@@ -64,14 +64,10 @@ void broker::impl::requeue(const queue_ptr& q, queue_entry e, storage::batch& b)
 // The MESSAGE frame, written straight into the connection's outbox (the body is copied once).
 void broker::impl::write_message(connection& c, const subscription& s, std::uint64_t tag, const queue_entry& e) {
   if (c.output_closed) return;
-  if (c.outbox.empty()) {
-    auto it = connections.find(c.id);
-    if (it != connections.end()) dirty.push_back(it->second);
-  }
   const message& m = *e.msg;
   std::size_t size = m.record.body.size() + m.record.destination.size() + s.id.size() + 160;
   for (const auto& [name, value] : m.record.headers) size += name.size() + value.size() + 2;
-  frame_writer w(c.outbox, "MESSAGE", c.info.version, size);
+  frame_writer w(outbox_for(c, size), "MESSAGE", c.info.version, size);
   w.header("subscription", s.id);
   w.header("message-id", std::to_string(m.id));
   w.header("destination", m.record.destination);

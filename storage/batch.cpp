@@ -25,6 +25,15 @@ void batch::put(table t, std::string_view key, std::string_view value) {
   put_string(rep_, value);
 }
 
+std::string& batch::put_in_place(table t, std::string_view key, std::size_t size) {
+  rep_.push_back(static_cast<char>(op::put));
+  rep_.push_back(static_cast<char>(t));
+  put_string(rep_, key);
+  put_varint(rep_, size);
+  rep_.reserve(rep_.size() + size);
+  return rep_;
+}
+
 void batch::erase(table t, std::string_view key) {
   rep_.push_back(static_cast<char>(op::erase));
   rep_.push_back(static_cast<char>(t));

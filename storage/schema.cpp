@@ -95,9 +95,18 @@ bool queue_record::decode(std::string_view value, queue_record& out) {
 //         | string destination | varint header count | (string name, string value)* | string body
 std::string message_record::encode() const {
   std::string v;
-  std::size_t size = 32 + destination.size() + body.size();
-  for (const auto& [n, val] : headers) size += n.size() + val.size() + 4;
-  v.reserve(size);
+  v.reserve(encoded_size());
+  encode_to(v);
+  return v;
+}
+
+std::size_t message_record::encoded_size() const {
+  std::size_t size = 3 + 8 + 8 + string_size(destination) + varint_size(headers.size()) + string_size(body);
+  for (const auto& [n, val] : headers) size += string_size(n) + string_size(val);
+  return size;
+}
+
+void message_record::encode_to(std::string& v) const {
   v.push_back(1);
   v.push_back(persistent ? 1 : 0);
   v.push_back(static_cast<char>(priority));
@@ -110,7 +119,6 @@ std::string message_record::encode() const {
     put_string(v, val);
   }
   put_string(v, body);
-  return v;
 }
 
 bool message_record::decode(std::string_view value, message_record& out) {
@@ -167,15 +175,16 @@ void put_message(batch& b, std::uint64_t message_id, const message_record& recor
                  const std::vector<entry_key>& entries) {
   if (record.expires != 0)
     for (const auto& e : entries) b.put(table::expiries, expiry_key(record.expires, e), {});
+  // The record is encoded straight into the batch: the body is copied once here, not three times.
   if (entries.size() == 1) {
-    std::string value = encode_delivery_count(0);
-    value += record.encode();
-    b.put(table::entries, entries.front().encode(), value);
+    std::string& value = b.put_in_place(table::entries, entries.front().encode(), 4 + record.encoded_size());
+    put_u32(value, 0);  // the delivery count (encode_delivery_count), then the message inline
+    record.encode_to(value);
     return;
   }
   for (const auto& e : entries) b.put(table::entries, e.encode(), encode_delivery_count(0));
   std::string key = message_key(message_id);
-  b.put(table::messages, key, record.encode());
+  record.encode_to(b.put_in_place(table::messages, key, record.encoded_size()));
   if (entries.size() > 1) {
     std::string refs;
     put_u32(refs, static_cast<std::uint32_t>(entries.size()));

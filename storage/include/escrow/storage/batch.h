@@ -30,6 +30,10 @@ class batch {
 
   // Stores `value` under `key`, replacing what was there.
   void put(table t, std::string_view key, std::string_view value);
+  // Stores under `key` a value of exactly `size` bytes that the caller appends to the returned
+  // string at once, before any other call on this batch: a large value (a message record) is
+  // written into the batch without a copy of its own.
+  std::string& put_in_place(table t, std::string_view key, std::size_t size);
   // Removes `key`; a missing key is not an error.
   void erase(table t, std::string_view key);
   // Drops one reference to the message stored under `message_key`: the message is deleted with

@@ -35,6 +35,12 @@ inline void put_varint(std::string& out, std::uint64_t v) {
   }
   out.push_back(static_cast<char>(v));
 }
+inline std::size_t varint_size(std::uint64_t v) {
+  std::size_t n = 1;
+  for (; v >= 0x80; v >>= 7) ++n;
+  return n;
+}
+inline std::size_t string_size(std::string_view s) { return varint_size(s.size()) + s.size(); }
 inline bool get_varint(std::string_view& in, std::uint64_t& v) {
   v = 0;
   for (int shift = 0; shift < 64 && !in.empty(); shift += 7) {

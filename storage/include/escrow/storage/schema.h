@@ -83,6 +83,10 @@ struct message_record {
   std::string body;
 
   std::string encode() const;
+  // Appends the encoding to `out` (straight into a batch: see put_message), exactly
+  // encoded_size() bytes.
+  void encode_to(std::string& out) const;
+  std::size_t encoded_size() const;
   static bool decode(std::string_view value, message_record& out);
 };
 
