@@ -3,6 +3,7 @@
 #include "config.h"
 #include "config_security.h"
 #include "config_tls.h"
+#include "config_where.h"
 
 #include <fmt/format.h>
 
@@ -45,10 +46,6 @@ std::vector<address_setting_entry> embedded_address_settings() {
 }
 
 namespace {
-
-std::string where(const std::string& path, const toml::node& node, const std::string& key) {
-  return fmt::format("{}:{}: {}", path, node.source().begin.line, key);
-}
 
 // Applies one key; returns an error or "".
 using setter = std::function<std::string(const toml::node&)>;

@@ -5,13 +5,10 @@
 #include <fmt/format.h>
 
 #include "address_settings.h"
+#include "config_where.h"
 
 namespace escrow::broker {
 namespace {
-
-std::string where(const std::string& path, const toml::node& node, const std::string& key) {
-  return fmt::format("{}:{}: {}", path, node.source().begin.line, key);
-}
 
 std::optional<permission> permission_named(std::string_view key) {
   for (std::size_t p = 0; p < kPermissionCount; ++p)

@@ -7,12 +7,10 @@
 #include <functional>
 #include <map>
 
+#include "config_where.h"
+
 namespace escrow::broker {
 namespace {
-
-std::string where(const std::string& path, const toml::node& node, const std::string& key) {
-  return fmt::format("{}:{}: {}", path, node.source().begin.line, key);
-}
 
 using setter = std::function<std::string(const toml::node&)>;
 

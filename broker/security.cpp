@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 
 #include "address_settings.h"
+#include "config_where.h"
 #include "password_hash.h"
 
 namespace escrow::broker {
@@ -42,10 +43,6 @@ bool holds(const address_grants& grants, permission p, const std::vector<std::st
 }
 
 namespace {
-
-std::string where(const std::string& path, const toml::node& node, const std::string& key) {
-  return fmt::format("{}:{}: {}", path, node.source().begin.line, key);
-}
 
 std::string read_user(const std::string& path, const toml::table& t, const std::string& name, user_entry& u) {
   for (const auto& [key, value] : t) {
