@@ -231,6 +231,8 @@ admin_outcome broker::impl::admin_connections() const {
     rm::branch_ptr xa = rm.associated_branch(id);
     j.begin_object()
         .field("id", id)
+        .field("peer", c->info.peer)
+        .field("user", c->info.user)
         .field("login", c->info.login)
         .field("client_id", c->info.client_id)
         .field("version", std::string(to_string(c->info.version)))

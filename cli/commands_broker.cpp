@@ -44,10 +44,11 @@ void run_status(const settings& s, const output_options& o) {
 void run_connections(const settings& s, const output_options& o) {
   admin_answer a = admin_call(s, "connections");
   if (print_json(o, a)) return;
-  table t({"ID", "LOGIN", "CLIENT-ID", "STOMP", "SUBSCRIPTIONS", "IN-FLIGHT", "TRANSACTIONS", "XA-BRANCH"});
+  // USER is who logged in (empty when escrowd has no users file; --json also gives CONNECT's login).
+  table t({"ID", "PEER", "USER", "CLIENT-ID", "STOMP", "SUBSCRIPTIONS", "IN-FLIGHT", "TRANSACTIONS", "XA-BRANCH"});
   for (const auto& c : array(a.json, "connections"))
-    t.add({text(c, "id"), text(c, "login"), text(c, "client_id"), text(c, "version"), text(c, "subscriptions"),
-           text(c, "in_flight"), text(c, "transactions"), text(c, "xa_branch")});
+    t.add({text(c, "id"), text(c, "peer"), text(c, "user"), text(c, "client_id"), text(c, "version"),
+           text(c, "subscriptions"), text(c, "in_flight"), text(c, "transactions"), text(c, "xa_branch")});
   t.print(std::cout);
 }
 

@@ -6,6 +6,7 @@ and, where it matters, its table; then checks through STOMP that the broker did 
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -151,7 +152,11 @@ def test_connections_and_subscriptions_durable_ones_with_depth(broker, stomp_cli
 
     conns = ok_json(broker, "connections")["connections"]
     assert any(x["client_id"] == client_id and x["subscriptions"] == 1 for x in conns), conns
-    assert "CLIENT-ID" in ok_text(broker, "connections")
+    # Without a users file nobody is authenticated: user is empty, CONNECT's login is kept apart.
+    mine = [x for x in conns if x["login"] == "worker"]
+    assert len(mine) == 1 and mine[0]["user"] == "" and re.fullmatch(r"127\.0\.0\.1:\d+", mine[0]["peer"]), conns
+    text_out = ok_text(broker, "connections")
+    assert "CLIENT-ID" in text_out and "PEER" in text_out and "127.0.0.1:" in text_out
 
     subs = ok_json(broker, "subscriptions")
     assert any(x["destination"] == f"/queue/{q}" and x["ack"] == "client" for x in subs["subscriptions"]), subs

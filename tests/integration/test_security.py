@@ -4,6 +4,7 @@ answer whether or not an address exists, the broker-wide admin permission, the b
 failed logins, the loopback rule for anonymous access, and SIGHUP reloading users and permissions.
 """
 
+import json
 import os
 import re
 import signal
@@ -379,6 +380,11 @@ def escrow_cli(broker, *args, user=None, password=None, input=None):
 def test_escrow_command_logs_in_and_is_refused_without_admin(secured):
     ok = escrow_cli(secured, "status", user="olga", password=PASSWORDS["olga"])
     assert ok.returncode == 0, ok.stderr
+    # escrow connections names the authenticated user (its own connection is one of them).
+    conns = escrow_cli(secured, "--json", "connections", user="olga", password=PASSWORDS["olga"])
+    assert conns.returncode == 0, conns.stderr
+    assert any(c["user"] == "olga" and c["peer"].startswith("127.0.0.1:")
+               for c in json.loads(conns.stdout)["connections"]), conns.stdout
     denied = escrow_cli(secured, "status", user="alice", password=PASSWORDS["alice"])
     assert denied.returncode != 0
     assert "lacks the admin permission" in denied.stderr, denied.stderr
