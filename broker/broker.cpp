@@ -32,7 +32,7 @@ broker::impl::impl(asio::io_context& io, storage::store& s, const broker_config&
   auto strand = asio::make_strand(io);
   post = [strand](std::function<void()> fn) { asio::post(strand, std::move(fn)); };
   timers.reset(new core_timers{asio::steady_timer(strand), asio::steady_timer(strand), asio::steady_timer(strand),
-                               asio::steady_timer(strand)});
+                               asio::steady_timer(strand), asio::steady_timer(strand)});
 }
 
 broker::impl::~impl() {
@@ -52,7 +52,35 @@ void broker::impl::schedule_expiry() {
   });
 }
 
+void broker::impl::defer_ack(storage::batch b, std::function<void(const storage::status&)> done) {
+  if (deferred_acks.empty()) {
+    timers->deferred_acks.expires_after(std::chrono::milliseconds(kDeferredAckMs));
+    timers->deferred_acks.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) submit_deferred_acks();
+    });
+  }
+  deferred_acks.append(b);
+  deferred_ack_done.push_back(std::move(done));
+}
+
+void broker::impl::submit_deferred_acks() {
+  if (!deferred_acks.empty()) submit(storage::batch{}, [](const storage::status&) {});
+}
+
 void broker::impl::submit(storage::batch b, std::function<void(const storage::status&)> done) {
+  if (!deferred_acks.empty()) {
+    // The deferred removals first: they were received before whatever `b` holds.
+    storage::batch merged = std::move(deferred_acks);
+    deferred_acks = storage::batch{};
+    merged.append(b);
+    b = std::move(merged);
+    done = [acks = std::move(deferred_ack_done), done = std::move(done)](const storage::status& s) {
+      for (auto& d : acks) d(s);
+      done(s);
+    };
+    deferred_ack_done.clear();
+    timers->deferred_acks.cancel();
+  }
   // Completions arrive on the committer thread, a group at a time. They are collected here and
   // run in one core turn (one post, one flush per connection) rather than one post each.
   store.submit(std::move(b), [this, done = std::move(done)](storage::status s) mutable {
@@ -328,6 +356,7 @@ void broker::on_closed(std::uint64_t id) {
     }
     c->subscriptions.clear();
     if (!b.empty()) m->submit(std::move(b), [](const storage::status&) {});
+    m->submit_deferred_acks();  // a graceful stop waits for connections to close, not for the timer
     // Open local transactions roll back; XA branches the connection was associated with become
     // rollback-only; idle and prepared branches stay for the transaction manager.
     m->roll_back_locals(*c);

@@ -158,7 +158,16 @@ struct broker::impl {
   // Runs a function on the core strand; set up by broker.cpp, which owns the Asio strand.
   std::function<void(std::function<void()>)> post;
   // Submits a batch; `done` runs on the core strand with the outcome, then outboxes are flushed.
+  // Acknowledgements waiting in deferred_acks go first, in the same batch.
   void submit(storage::batch b, std::function<void(const storage::status&)> done);
+  // An acknowledgement nobody asked a receipt for promises nothing about when it is on disk: its
+  // removals wait here for the next write that has to happen anyway, or at most kDeferredAckMs
+  // (docs/storage.md, "Acknowledgements without a receipt"). `done` runs when they are stored.
+  void defer_ack(storage::batch b, std::function<void(const storage::status&)> done);
+  void submit_deferred_acks();  // now, on their own (the timer, a closing connection)
+  static constexpr int kDeferredAckMs = 5;
+  storage::batch deferred_acks;
+  std::vector<std::function<void(const storage::status&)>> deferred_ack_done;
   void run_completions();
   std::mutex completed_mutex;  // the one lock: committer thread -> core strand hand-off
   std::vector<std::pair<std::function<void(const storage::status&)>, storage::status>> completed;

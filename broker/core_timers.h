@@ -11,6 +11,7 @@ struct core_timers {
   boost::asio::steady_timer reaper;         // the expiry reaper, every message-expiry-scan-period
   boost::asio::steady_timer reaper_turn;    // the next turn of a reaper pass cut into turns
   boost::asio::steady_timer redelivery;     // the earliest delayed redelivery
+  boost::asio::steady_timer deferred_acks;  // submits acknowledgements no other write has taken
 };
 
 }  // namespace escrow::broker

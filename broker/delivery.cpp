@@ -239,9 +239,15 @@ void broker::impl::handle_ack(const connection_ptr& c, const frame& f, bool posi
   sub->unacked.erase(first, last);
   queue_ptr source = sub->source;
 
-  receipt_after(c, f, std::move(b), "acknowledgement", [holds = std::move(holds)](bool) {
+  auto release = [holds = std::move(holds)](bool) {
     for (auto& [q, k] : holds) q->release_hold(k);
-  });
+  };
+  // Removals only (an ACK outside a transaction) and no receipt asked for: nothing waits on them.
+  if (positive && !branch && !b.empty() && !f.find("receipt")) {
+    defer_ack(std::move(b), [release = std::move(release)](const storage::status& s) { release(s.ok()); });
+  } else {
+    receipt_after(c, f, std::move(b), "acknowledgement", std::move(release));
+  }
   dispatch(source);
 }
 

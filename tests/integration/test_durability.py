@@ -75,6 +75,34 @@ def test_acked_messages_stay_acked_after_sigkill(broker, stomp_client):
     assert bodies(before) == ["m1", "m3", "m5", "m7", "m9"]
 
 
+@pytest.mark.parametrize("stop", ["sigkill after 0.5 s", "sigterm at once"])
+def test_ack_without_receipt_is_stored_soon_and_at_a_graceful_stop(broker, stomp_client, stop):
+    # An ACK without a receipt waits for the next write, at most a few milliseconds
+    # (docs/storage.md, "Acknowledgements without a receipt"): no other write comes here, so only
+    # that bound, or the graceful stop, stores it. The connection stays open until the stop.
+    q = f"/queue/{unique('lazyack')}"
+    p = stomp_client(broker)
+    for i in range(4):
+        p.send(q, f"m{i}")
+    c = stomp_client(broker)
+    c.subscribe(q, ack="client-individual")
+    msgs = c.wait_messages(4)
+    c.ack(msgs[1])  # no receipt
+    c.ack(msgs[2])
+    # A receipted frame that writes nothing: once its receipt is here, both ACKs were handled.
+    c.subscribe(q, id="probe", ack="client-individual", receipt=True)
+    if stop.startswith("sigkill"):
+        time.sleep(0.5)
+        broker.kill9()
+    else:
+        broker.terminate()
+    broker.start()
+    c2 = stomp_client(broker)
+    p2 = stomp_client(broker)
+    left, _ = drain(c2, q, p2, ack="client-individual")
+    assert bodies(left) == ["m0", "m3"]
+
+
 def test_client_cumulative_ack_survives_sigkill(broker, stomp_client):
     q = f"/queue/{unique('cumulative')}"
     p = stomp_client(broker)
