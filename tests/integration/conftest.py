@@ -193,6 +193,14 @@ class Broker:
 
     # -- output ----------------------------------------------------------------------------------
 
+    def wait_log(self, text, timeout=None):
+        """Waits until `text` is in the log. A line escrowd wrote before an answer the test has
+        seen may still be in the pipe, so a log check right after the answer must wait for it."""
+        deadline = time.monotonic() + (timeout or TIMEOUT)
+        while text not in self.log:
+            assert time.monotonic() < deadline, f"no {text!r} in escrowd's log:\n{self.log}"
+            time.sleep(0.02)
+
     @property
     def log(self):
         with self._lock:

@@ -38,7 +38,7 @@ def test_max_connections_refuses_the_next_one_with_an_error(broker_factory, raw,
     assert all(f.command == "CONNECTED" for _, f in held)
     extra = raw(b)
     assert error_of(extra) == "too many connections (limits.max-connections)"
-    assert "refused: 3 connections open (limits.max-connections)" in b.log
+    b.wait_log("refused: 3 connections open (limits.max-connections)")
     # One leaves, and a new client gets in and works.
     held[0][0].close()
     deadline = time.monotonic() + TIMEOUT
