@@ -64,23 +64,24 @@ void broker::impl::defer_ack(storage::batch b, std::function<void(const storage:
 }
 
 void broker::impl::submit_deferred_acks() {
-  if (!deferred_acks.empty()) submit(storage::batch{}, [](const storage::status&) {});
+  if (deferred_acks.empty()) return;
+  timers->deferred_acks.cancel();
+  // A batch of their own, not merged into the next one: if that one is refused (a full store),
+  // these removals, which free room, are still applied.
+  storage::batch acks = std::move(deferred_acks);
+  deferred_acks = storage::batch{};
+  store_batch(std::move(acks), [done = std::move(deferred_ack_done)](const storage::status& s) {
+    for (auto& d : done) d(s);
+  });
+  deferred_ack_done.clear();
 }
 
 void broker::impl::submit(storage::batch b, std::function<void(const storage::status&)> done) {
-  if (!deferred_acks.empty()) {
-    // The deferred removals first: they were received before whatever `b` holds.
-    storage::batch merged = std::move(deferred_acks);
-    deferred_acks = storage::batch{};
-    merged.append(b);
-    b = std::move(merged);
-    done = [acks = std::move(deferred_ack_done), done = std::move(done)](const storage::status& s) {
-      for (auto& d : acks) d(s);
-      done(s);
-    };
-    deferred_ack_done.clear();
-    timers->deferred_acks.cancel();
-  }
+  submit_deferred_acks();  // first: they were received before whatever `b` holds
+  store_batch(std::move(b), std::move(done));
+}
+
+void broker::impl::store_batch(storage::batch b, std::function<void(const storage::status&)> done) {
   // Completions arrive on the committer thread, a group at a time. They are collected here and
   // run in one core turn (one post, one flush per connection) rather than one post each.
   store.submit(std::move(b), [this, done = std::move(done)](storage::status s) mutable {

@@ -164,7 +164,8 @@ struct broker::impl {
   // removals wait here for the next write that has to happen anyway, or at most kDeferredAckMs
   // (docs/storage.md, "Acknowledgements without a receipt"). `done` runs when they are stored.
   void defer_ack(storage::batch b, std::function<void(const storage::status&)> done);
-  void submit_deferred_acks();  // now, on their own (the timer, a closing connection)
+  void submit_deferred_acks();  // now, as a batch of their own (the timer, a closing connection)
+  void store_batch(storage::batch b, std::function<void(const storage::status&)> done);  // no deferral
   static constexpr int kDeferredAckMs = 5;
   storage::batch deferred_acks;
   std::vector<std::function<void(const storage::status&)>> deferred_ack_done;
