@@ -35,10 +35,12 @@ broker::impl::impl(asio::io_context& io, storage::store& s, const broker_config&
                                asio::steady_timer(strand), asio::steady_timer(strand)});
 }
 
-broker::impl::~impl() {
+broker::impl::~impl() { stop_store_readers(); }
+
+void broker::impl::stop_store_readers() {
   stopping = true;
   if (depth_counter.joinable()) depth_counter.join();
-  if (backup_worker.joinable()) backup_worker.join();
+  if (backup_worker.joinable()) backup_worker.join();  // a backup in progress is finished first
 }
 
 // Once a second, on the core strand: roll back branches past their timeout.
@@ -292,6 +294,8 @@ broker::broker(asio::io_context& io, storage::store& store, const broker_config&
     : impl_(std::make_unique<impl>(io, store, config)) {}
 
 broker::~broker() = default;
+
+void broker::stop_store_readers() { impl_->stop_store_readers(); }
 
 std::uint64_t broker::new_connection_id() { return impl_->next_connection_id.fetch_add(1); }
 

@@ -54,6 +54,10 @@ class broker {
   // Loads queues and durable subscriptions from storage (not their messages: those stay in LMDB
   // until a consumer needs them). Call once, before the first connection.
   storage::status open();
+  // Stops and joins the broker's own threads that read the store (the depth count after open, a
+  // running `escrow backup`, which is waited for). Call once the I/O pool has stopped and before
+  // the store is closed: they must not outlive it.
+  void stop_store_readers();
 
   // Logins are checked by `a` (which must outlive the broker); without one, everyone is anonymous
   // with every permission. Call before the first connection.

@@ -110,7 +110,8 @@ struct routed_message {
 
 struct broker::impl {
   impl(boost::asio::io_context& io, storage::store& store, const broker_config& config);
-  ~impl();  // stops and joins the background depth count
+  ~impl();  // stop_store_readers()
+  void stop_store_readers();  // broker::stop_store_readers
 
   storage::store& store;
   broker_config config;

@@ -2,8 +2,9 @@
 // logged as it happens: the listeners close (new connections are refused, /health answers 503);
 // every connection closes and the core returns its unacknowledged deliveries to their queues;
 // prepared XA branches stay prepared (their records are in the store, recovered at the next
-// start); then the I/O pool stops, and run_server closes the store, whose committer finishes every
-// write already submitted, and exits 0.
+// start); then the I/O pool stops, run_server joins the broker's threads that read the store
+// (broker::stop_store_readers) and closes the store, whose committer finishes every write already
+// submitted, and exits 0.
 //
 // Threads: stop_gracefully is called on an I/O thread (the signal handler); it asks the core for
 // metrics snapshots (broker::collect_metrics) to see the connections go, polling on a timer.

@@ -283,6 +283,7 @@ int run_server(const broker_config& config) {
   for (auto& t : pool) t.join();
   // Close the store while the I/O context still exists: its committer finishes what was submitted
   // and posts the completions into the stopped context, where they are dropped.
+  core.stop_store_readers();  // a read of the store must not outlive it
   spdlog::info("stopping: closing the store (the committer finishes every write already submitted)");
   bool writable = store->stats().writable;
   store.reset();
