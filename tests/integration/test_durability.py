@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conftest import TIMEOUT, drain, unique
+from conftest import TIMEOUT, drain, frame_bytes, unique
 
 
 def bodies(msgs):
@@ -101,6 +101,52 @@ def test_ack_without_receipt_is_stored_soon_and_at_a_graceful_stop(broker, stomp
     p2 = stomp_client(broker)
     left, _ = drain(c2, q, p2, ack="client-individual")
     assert bodies(left) == ["m0", "m3"]
+
+
+def test_full_store_refuses_a_send_and_keeps_what_is_stored_and_an_ack_without_receipt(broker_factory,
+                                                                                      stomp_client, raw):
+    # A full store refuses a SEND with an ERROR naming the problem; what is stored is unharmed. An
+    # ACK without a receipt handled just before that SEND is stored all the same: it goes to the
+    # store as a batch of its own, so the refused batch does not take it down (docs/storage.md).
+    b = broker_factory(config="[storage]\nmap-size = 1048576\n")
+    q = f"/queue/{unique('full')}"
+    pad = "x" * 20_000
+    p = stomp_client(b)
+    stored = []
+    for i in range(100):  # 2 MB: more than the 1 MiB store holds
+        rid = p.send(q, f"m{i:03d}-{pad}", wait=False)
+        p.listener.wait_for(lambda: rid in p.listener.receipts or p.listener.errors or p.listener.disconnected,
+                            TIMEOUT, f"RECEIPT {rid} or ERROR")
+        if rid not in p.listener.receipts:
+            break
+        stored.append(f"m{i:03d}-{pad}")
+    assert p.listener.errors, f"a 1 MiB store took {len(stored)} messages of 20 KB"
+    message = p.listener.errors[0].headers["message"]
+    assert message.startswith("message not stored: ") and "MDB_MAP_FULL" in message, message
+    assert "storage.map-size" in message, message  # says what to do
+    assert len(stored) >= 10, len(stored)
+
+    # The ACK and the SEND in one write, so that the SEND reaches the core within the ACK's
+    # deferral (a few milliseconds) and both go to the same group commit.
+    c = raw(b)
+    c.send(frame_bytes("CONNECT", [("accept-version", "1.2"), ("host", "x")]) +
+           frame_bytes("SUBSCRIBE", [("id", "s"), ("destination", q), ("ack", "client-individual")]))
+    assert c.read_frame().command == "CONNECTED"
+    first = c.read_frame()
+    assert first.command == "MESSAGE" and first.body.decode() == stored[0], first
+    c.send(frame_bytes("ACK", [("id", first.headers["ack"])]) +  # no receipt: deferred
+           frame_bytes("SEND", [("destination", q), ("receipt", "big")], b"big-" + b"y" * 60_000))
+    errors = [f for f in c.read_until_closed() if f.command == "ERROR"]
+    assert errors and errors[0].headers["message"].startswith("message not stored: "), errors
+
+    b.kill9()
+    b.start()
+    r = stomp_client(b)
+    sentinel_sender = stomp_client(b)
+    left, _ = drain(r, q, sentinel_sender)
+    assert bodies(left) == stored[1:]  # every stored message, whole and in order; not the acked one
+    # The drain consumed them (auto ack): the store takes sends again.
+    sentinel_sender.send(q, "after")
 
 
 def test_client_cumulative_ack_survives_sigkill(broker, stomp_client):
