@@ -258,6 +258,33 @@ def test_move_dead_letters_back_with_a_filter(broker_factory, stomp_client):
     assert escrow(broker, "move", "--from", "DLQ").returncode == 2  # --to missing: usage
 
 
+def test_move_and_purge_answered_survive_sigkill(broker, stomp_client):
+    # An operator's answer means the change is stored (one batch, committed before the reply):
+    # SIGKILL right after it takes nothing back and half-applies nothing. A message held by a
+    # consumer is neither moved nor purged, and comes back to its own queue.
+    src, dst, pq = unique("mv-from"), unique("mv-to"), unique("pg")
+    c = stomp_client(broker)
+    for i in range(5):
+        c.send(f"/queue/{src}", f"s{i}")
+    for i in range(3):
+        c.send(f"/queue/{pq}", f"p{i}")
+    c.send(f"/queue/{dst}", "already")
+    holder = stomp_client(broker)
+    sub = holder.subscribe(f"/queue/{src}", ack="client-individual", headers={"prefetch-count": "1"})
+    (held,) = holder.wait_messages(1, subscription=sub)
+    assert held.body == "s0"
+
+    moved = ok_json(broker, "move", "--from", src, "--to", dst)
+    assert (moved["moved"], moved["held_skipped"]) == (4, 1)
+    assert ok_json(broker, "purge", pq, "--yes")["purged"] == 3
+    broker.kill9()
+    broker.start()
+
+    assert contents(broker, stomp_client, f"/queue/{dst}") == ["already", "s1", "s2", "s3", "s4"]
+    assert contents(broker, stomp_client, f"/queue/{pq}") == []
+    assert contents(broker, stomp_client, f"/queue/{src}") == ["s0"]  # held: not moved, redelivered
+
+
 # --------------------------------------------------------------------------------------------
 # In-doubt transactions
 # --------------------------------------------------------------------------------------------
