@@ -210,6 +210,17 @@ int run_server(const broker_config& config) {
   // checks answer to still exists.
   authenticator auth(users, config.login_backoff_max_ms);
   broker core(io, *store, config);
+  // On every return from here on, `core` must not be destroyed before the store's committer has
+  // finished: the completions of what open() or a client submitted call into it. An early return
+  // (a listener that cannot bind) closes the store here; the normal stop does it below, with logs.
+  struct store_closer {
+    broker& core;
+    std::unique_ptr<storage::store>& store;
+    ~store_closer() {
+      core.stop_store_readers();
+      store.reset();
+    }
+  } closer{core, store};
   core.use_authenticator(&auth);
   if (storage::status s = core.open(); !s.ok()) {
     spdlog::critical("cannot load the store: {}", s.message());

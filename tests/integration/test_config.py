@@ -144,3 +144,20 @@ grace-ms = 1000
     c.send(q, "works")
     c.wait_body("works")
     assert "debug" in b.log  # log-level took effect
+
+
+def test_a_port_in_use_exits_1_naming_it_and_leaves_the_store_whole(tmp_path, broker_factory):
+    # The first start on an empty data directory stores the built-in dead-letter and expiry
+    # queues; a listener that then cannot bind must wait for that write before the core goes
+    # (exit 1, not a crash at exit), and the next start on a free port opens the store.
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = run_escrowd(["--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path / "d")], tmp_path)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, (r.returncode, out)
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in out, out
+    b = broker_factory(data_dir=tmp_path / "d")
+    assert "store open: 2 queues" in b.log, b.log  # DLQ and ExpiryQueue, stored by the first start
