@@ -136,8 +136,8 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, http_context& context
 
 }  // namespace
 
-void start_http_server(tcp::acceptor& acceptor, http_context& context) {
-  asio::co_spawn(acceptor.get_executor(), accept_loop(acceptor, context), asio::detached);
+void start_http_server(tcp::acceptor& acceptor, http_context& context, const asio::any_io_executor& accepts) {
+  asio::co_spawn(accepts, accept_loop(acceptor, context), asio::detached);
 }
 
 }  // namespace escrow::broker

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <chrono>
 #include <string>
@@ -26,7 +27,9 @@ struct http_context {
   std::atomic<bool> listeners_up{false};  // every STOMP listener accepting (false once stopping)
 };
 
-// Serves HTTP on an acceptor already listening, until it is closed.
-void start_http_server(boost::asio::ip::tcp::acceptor& acceptor, http_context& context);
+// Serves HTTP on an acceptor already listening, until it is closed. The accept loop runs on
+// `accepts` (a strand), where the acceptor is also closed; each connection gets a strand of its own.
+void start_http_server(boost::asio::ip::tcp::acceptor& acceptor, http_context& context,
+                       const boost::asio::any_io_executor& accepts);
 
 }  // namespace escrow::broker

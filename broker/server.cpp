@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -124,8 +125,8 @@ std::unique_ptr<tcp::acceptor> open_acceptor(asio::io_context& io, const listen_
 }
 
 // [http] listen: the monitoring endpoint, its acceptor closed with the others at a stop signal.
-bool start_http(asio::io_context& io, const broker_config& config, http_context& http,
-                std::vector<std::unique_ptr<tcp::acceptor>>& acceptors) {
+bool start_http(asio::io_context& io, const asio::any_io_executor& accepts, const broker_config& config,
+                http_context& http, std::vector<std::unique_ptr<tcp::acceptor>>& acceptors) {
   if (!config.http_listen) return true;
   auto acceptor = open_acceptor(io, *config.http_listen);
   if (!acceptor) return false;
@@ -135,7 +136,7 @@ bool start_http(asio::io_context& io, const broker_config& config, http_context&
     spdlog::warn("http: {} is not a loopback address: /metrics and /status are open to the network, without "
                  "authentication; bind [http] listen to 127.0.0.1 unless that is intended",
                  bound.address().to_string());
-  start_http_server(*acceptor, http);
+  start_http_server(*acceptor, http, accepts);
   acceptors.push_back(std::move(acceptor));
   return true;
 }
@@ -231,8 +232,11 @@ int run_server(const broker_config& config) {
   http_context http(core);
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
   // Installed before anything says "ready": a SIGTERM right after that must stop us cleanly.
+  // The accept loops and the stop signal's handler, which closes their acceptors, share one strand:
+  // an acceptor is not safe to close on one thread while another starts an accept on it.
+  asio::any_io_executor accepts = asio::make_strand(io);
   asio::signal_set signals(io, SIGINT, SIGTERM);
-  signals.async_wait([&](const boost::system::error_code& ec, int signal) {
+  signals.async_wait(asio::bind_executor(accepts, [&](const boost::system::error_code& ec, int signal) {
     if (ec) return;
     // Listeners, then connections (their deliveries return to their queues), then the pool stops
     // and the store is closed below; each step is logged (graceful_stop.h).
@@ -247,7 +251,7 @@ int run_server(const broker_config& config) {
     };
     hooks.close_connections = [&] { return registry.stop_all(); };
     stop_gracefully(io, core, signal, std::move(hooks));
-  });
+  }));
 
   // SIGHUP re-reads the configuration file and applies what can change at run time.
   asio::signal_set hangups(io, SIGHUP);
@@ -267,7 +271,7 @@ int run_server(const broker_config& config) {
     auto bound = acceptor->local_endpoint();
     // Tests and scripts read this line to learn the port when 0 was asked for.
     spdlog::info("listening on {}:{}", bound.address().to_string(), bound.port());
-    asio::co_spawn(io, accept_loop(*acceptor, core, config, registry, nullptr), asio::detached);
+    asio::co_spawn(accepts, accept_loop(*acceptor, core, config, registry, nullptr), asio::detached);
     acceptors.push_back(std::move(acceptor));
   }
   for (std::size_t i = 0; i < config.tls_listeners.size(); ++i) {
@@ -275,7 +279,8 @@ int run_server(const broker_config& config) {
     if (!acceptor) return 1;
     auto bound = acceptor->local_endpoint();
     spdlog::info("listening on {}:{} (tls)", bound.address().to_string(), bound.port());
-    asio::co_spawn(io, accept_loop(*acceptor, core, config, registry, tls_contexts[i].get()), asio::detached);
+    asio::co_spawn(accepts, accept_loop(*acceptor, core, config, registry, tls_contexts[i].get()),
+                   asio::detached);
     acceptors.push_back(std::move(acceptor));
   }
   for (const auto& a : acceptors) {
@@ -284,7 +289,7 @@ int run_server(const broker_config& config) {
   }
   for (std::size_t i = 0; i < config.tls_listeners.size(); ++i) http.listeners[config.listen.size() + i] += " (tls)";
   core.set_listeners(http.listeners);  // for `escrow status`
-  if (!start_http(io, config, http, acceptors)) return 1;
+  if (!start_http(io, accepts, config, http, acceptors)) return 1;
   http.listeners_up = true;
   spdlog::info("escrowd ready, data in {}", config.data_dir);
 
