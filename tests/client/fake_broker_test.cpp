@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <future>
 #include <thread>
 
 #include "helpers.h"
@@ -187,6 +188,30 @@ TEST_CASE("a CONNECT the server refuses is a broker_error with its message") {
     CHECK(std::string(e.what()) == "no common protocol version");
     CHECK(e.detail() == "speak 1.2");
   }
+}
+
+TEST_CASE("close() from the on_lost listener is allowed: the connection is then destroyed elsewhere") {
+  // The listener runs on the reader thread; close() there must not join that thread, and the
+  // connection destroyed right after on this thread must wait for the reader to end (a
+  // use-after-free under ASan if it did not).
+  std::promise<void> listening;
+  std::shared_future<void> installed = listening.get_future().share();
+  fake_server server([installed](int fd) {
+    if (!read_frame(fd)) return;
+    write_frame(fd, kConnected);
+    installed.wait();
+  });  // then closes: the connection is lost
+  auto c = connection::open(fake_options(server.port()));
+  std::promise<std::string> lost;
+  c->on_lost([&](const error& e) {
+    c->close();
+    lost.set_value(e.what());
+  });
+  listening.set_value();
+  auto reason = lost.get_future();
+  REQUIRE(reason.wait_for(4000ms * slow()) == std::future_status::ready);
+  CHECK(reason.get().find("closed") != std::string::npos);
+  c.reset();  // while the reader thread may still be returning from the listener
 }
 
 }  // namespace escrow::client::test

@@ -4,6 +4,8 @@
 // handed out (inbox::unacked, in delivery order) and never sends an ACK that an earlier
 // cumulative one already covered.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "session.h"
 #include "validate.h"
@@ -54,10 +56,13 @@ consumer::~consumer() {
   } catch (const error&) {  // best effort: the broker requeues what we did not acknowledge
   }
   if (callback_thread_.joinable()) {
-    if (callback_thread_.get_id() == std::this_thread::get_id())
-      callback_thread_.detach();  // destroyed by its own callback, against the rules: do not deadlock
-    else
-      callback_thread_.join();  // close() was called from the callback: it has stopped or is stopping
+    if (callback_thread_.get_id() == std::this_thread::get_id()) {
+      // The callback thread would go on using this object once freed: stop here, loudly, instead.
+      std::fputs("escrow client: a consumer was destroyed by its own message callback, which client_consumer.h "
+                 "forbids; close() it there and destroy it elsewhere\n", stderr);
+      std::abort();
+    }
+    callback_thread_.join();  // close() was called from the callback: it has stopped or is stopping
   }
 }
 

@@ -5,6 +5,8 @@
 #include "session.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 namespace escrow::client::detail {
 namespace {
@@ -32,10 +34,13 @@ session::~session() {
   std::lock_guard lock(join_mutex_);
   for (std::thread* t : {&reader_, &heartbeat_}) {
     if (!t->joinable()) continue;
-    if (t->get_id() == std::this_thread::get_id())
-      t->detach();
-    else
-      t->join();
+    if (t->get_id() == std::this_thread::get_id()) {
+      // The thread would go on using this object once freed: stop here, loudly, instead.
+      std::fputs("escrow client: a connection was destroyed by its own on_lost listener, which client.h "
+                 "forbids; keep it alive until the listener has returned\n", stderr);
+      std::abort();
+    }
+    t->join();
   }
 }
 
@@ -352,10 +357,9 @@ void session::close() {
   std::lock_guard lock(join_mutex_);
   for (std::thread* t : {&reader_, &heartbeat_}) {
     if (!t->joinable()) continue;
-    if (t->get_id() == self)
-      t->detach();  // close() from the lost-listener: the thread ends by itself
-    else
-      t->join();
+    // close() from the lost-listener, on that very thread: ~session joins it (it ends by itself).
+    if (t->get_id() == self) continue;
+    t->join();
   }
 }
 
