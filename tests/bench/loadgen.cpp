@@ -9,7 +9,10 @@
 //   drain  consumers only: reads --count messages back (drain rate) and checks that each
 //          producer's sequence has no gaps or duplicates within what was received.
 //   fsync  no broker: the disk's floor, 4 KiB pwrite + fdatasync in a loop, the price of one
-//          durable point that group commit amortises.
+//          durable point that group commit amortises. --pages N writes N pages at scattered
+//          places of a 400 KiB file before each sync, and --meta-sync true then writes and syncs
+//          120 bytes at its start: the shape of one LMDB commit (data pages, sync, meta page,
+//          sync), the floor under a lone persistent SEND.
 //   probe  connects until the broker answers CONNECTED (used to time a restart).
 //   pingpong  no broker: the loopback round-trip floor, 64 bytes to and fro over one TCP
 //          connection on 127.0.0.1 (TCP_NODELAY) in a loop for --seconds.
@@ -37,6 +40,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <random>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -77,6 +81,8 @@ struct options {
   std::string queue = "bench";
   std::string dir = ".";
   double seconds = 3;
+  std::uint32_t pages = 1;  // fsync: 4 KiB pages written (at scattered places when > 1) per sync
+  bool meta_sync = false;   // fsync: then 120 bytes at offset 32 and a second sync
   double timeout = 30;  // seconds without progress before giving up
   std::uint64_t expire_every = 0;  // fill/run: every Nth message expires at expires_at (0: none)
   std::uint64_t expires_at = 0;    // epoch ms
@@ -110,6 +116,8 @@ void usage(const char* argv0) {
                "  --timeout S    seconds without progress before giving up (30)\n"
                "  --dir D        fsync mode: directory of the test file (.)\n"
                "  --seconds S    fsync mode: duration (3)\n"
+               "  --pages N      fsync mode: 4 KiB pages per sync, scattered over 400 KiB (1)\n"
+               "  --meta-sync true|false  fsync mode: then 120 bytes and a second sync, as LMDB (false)\n"
                "  --expire-every N --expires-at MS   every Nth message sent expires at epoch ms MS\n"
                "  --timeline-ms T  drain mode: print TIMELINE <epoch ms> <received> every T ms\n"
                "  --vhost H      CONNECT host header (localhost; RabbitMQ: /)\n"
@@ -159,6 +167,11 @@ option_value set_option(options& o, std::string_view name, const std::string& va
     o.dir = value;
   } else if (name == "--seconds") {
     ok = parse_seconds(value, o.seconds);
+  } else if (name == "--pages") {
+    ok = parse_number(value, o.pages) && o.pages >= 1 && o.pages <= 100;
+  } else if (name == "--meta-sync") {
+    ok = value == "true" || value == "false";
+    o.meta_sync = value == "true";
   } else if (name == "--timeout") {
     ok = parse_seconds(value, o.timeout);
   } else if (name == "--expire-every") {
@@ -740,29 +753,50 @@ int mode_fsync(const options& o) {
   }
   alignas(4096) static char block[4096];
   std::memset(block, 'f', sizeof block);
+  constexpr off_t kFilePages = 100;  // --pages > 1 scatters them over this many (400 KiB, written first)
+  int rc = 0;
+  if (o.pages > 1) {
+    for (off_t p = 0; p < kFilePages && rc == 0; ++p)
+      if (::pwrite(fd, block, sizeof block, p * 4096) != static_cast<ssize_t>(sizeof block)) rc = 1;
+    if (rc == 0 && ::fdatasync(fd) != 0) rc = 1;
+  }
+  std::mt19937 random(12345);
+  std::vector<off_t> all_pages(kFilePages);
+  for (off_t p = 0; p < kFilePages; ++p) all_pages[p] = p;
+  auto write_and_sync = [&] {
+    if (o.pages == 1) return ::pwrite(fd, block, sizeof block, 0) == static_cast<ssize_t>(sizeof block) && ::fdatasync(fd) == 0;
+    std::shuffle(all_pages.begin(), all_pages.end(), random);
+    for (std::uint32_t i = 0; i < o.pages; ++i)
+      if (::pwrite(fd, block, sizeof block, all_pages[i] * 4096) != static_cast<ssize_t>(sizeof block)) return false;
+    return ::fdatasync(fd) == 0;
+  };
   std::vector<std::int64_t> latency_us;
   auto start = clock_type::now();
   auto until = start + to_duration(o.seconds);
-  int rc = 0;
-  do {
+  while (rc == 0) {
     auto before = clock_type::now();
-    if (::pwrite(fd, block, sizeof block, 0) != static_cast<ssize_t>(sizeof block) || ::fdatasync(fd) != 0) {
-      std::fprintf(stderr, "loadgen: write/fdatasync of %s failed: %s\n", path.c_str(), std::strerror(errno));
+    bool ok = write_and_sync() && (!o.meta_sync || (::pwrite(fd, block, 120, 32) == 120 && ::fdatasync(fd) == 0));
+    if (!ok) {
       rc = 1;
       break;
     }
     latency_us.push_back(micros(clock_type::now() - before));
-  } while (clock_type::now() < until);
+    if (clock_type::now() >= until) break;
+  }
+  if (rc != 0) std::fprintf(stderr, "loadgen: write/fdatasync of %s failed: %s\n", path.c_str(), std::strerror(errno));
   double elapsed = seconds_between(start, clock_type::now());
   ::close(fd);
   ::unlink(path.c_str());
   std::size_t n = latency_us.size();
   double per_s = elapsed > 0 ? static_cast<double>(n) / elapsed : 0;
   std::int64_t p50 = quantile(latency_us, 0.50), p99 = quantile(latency_us, 0.99);
-  std::printf("fsync: %zu x (4 KiB pwrite + fdatasync) in %s over %.2f s: %.0f/s, p50 %lld us, p99 %lld us\n", n,
-              o.dir.c_str(), elapsed, per_s, static_cast<long long>(p50), static_cast<long long>(p99));
-  std::printf("RESULT mode=fsync fsync_per_s=%.1f p50_us=%lld p99_us=%lld count=%zu elapsed_s=%.3f\n", per_s,
-              static_cast<long long>(p50), static_cast<long long>(p99), n, elapsed);
+  std::printf("fsync: %zu x (%u x 4 KiB pwrite + fdatasync%s) in %s over %.2f s: %.0f/s, p50 %lld us, p99 %lld us\n",
+              n, o.pages, o.meta_sync ? ", 120 B pwrite + fdatasync" : "", o.dir.c_str(), elapsed, per_s,
+              static_cast<long long>(p50), static_cast<long long>(p99));
+  std::printf("RESULT mode=fsync pages=%u meta_sync=%s fsync_per_s=%.1f p50_us=%lld p99_us=%lld count=%zu "
+              "elapsed_s=%.3f\n",
+              o.pages, o.meta_sync ? "true" : "false", per_s, static_cast<long long>(p50), static_cast<long long>(p99),
+              n, elapsed);
   return rc;
 }
 
