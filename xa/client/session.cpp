@@ -11,6 +11,10 @@
 namespace escrow::client::detail {
 namespace {
 
+// The session whose reader or heart-beat thread this is (null on any other thread): close() on
+// one of its own threads must not join it, and the destructor must not run there.
+thread_local const session* own_threads_session = nullptr;
+
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now().time_since_epoch()).count();
 }
@@ -29,19 +33,19 @@ std::string describe(std::chrono::milliseconds d) { return std::to_string(d.coun
 session::session(connect_options options) : options_(std::move(options)) {}
 
 session::~session() {
+  if (own_threads_session == this) {
+    // The thread would go on using this object once freed: stop here, loudly, instead.
+    std::fputs("escrow client: the last reference to a connection (or to a producer, consumer or transaction "
+               "of it) was released in its on_lost listener, on the connection's own thread, which client.h "
+               "forbids; keep one alive until the listener has returned\n",
+               stderr);
+    std::abort();
+  }
   close();
   // A second close() returns at once while the first may still be joining; join what is left.
   std::lock_guard lock(join_mutex_);
-  for (std::thread* t : {&reader_, &heartbeat_}) {
-    if (!t->joinable()) continue;
-    if (t->get_id() == std::this_thread::get_id()) {
-      // The thread would go on using this object once freed: stop here, loudly, instead.
-      std::fputs("escrow client: a connection was destroyed by its own on_lost listener, which client.h "
-                 "forbids; keep it alive until the listener has returned\n", stderr);
-      std::abort();
-    }
-    t->join();
-  }
+  for (std::thread* t : {&reader_, &heartbeat_})
+    if (t->joinable()) t->join();
 }
 
 std::shared_ptr<session> session::open(const connect_options& options) {
@@ -121,6 +125,7 @@ bool session::write(std::string_view bytes, std::string* why) {
 }
 
 void session::read_loop() {
+  own_threads_session = this;
   frame_parser parser;
   std::vector<frame> frames;
   std::string buffer(64 * 1024, '\0');
@@ -269,6 +274,7 @@ bool session::is_open() const {
 }
 
 void session::heartbeat_loop() {
+  own_threads_session = this;
   auto send_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(send_interval_).count();
   // Silence longer than twice the interval (and at least a second more than it) means the broker
   // or the network is gone: the broker itself allows a grace period on top of the interval.
@@ -353,14 +359,13 @@ void session::close() {
     for (auto& [id, box] : inboxes_) box->closed = true;
   }
   fail(error(error::kind::connection_lost, "the connection was closed by the application"), false);
-  auto self = std::this_thread::get_id();
+  // close() from the lost-listener, on one of our own threads: it cannot join itself, and must not
+  // wait for the join lock a destructor on another thread may hold while joining it. The threads
+  // end by themselves; the destructor joins them.
+  if (own_threads_session == this) return;
   std::lock_guard lock(join_mutex_);
-  for (std::thread* t : {&reader_, &heartbeat_}) {
-    if (!t->joinable()) continue;
-    // close() from the lost-listener, on that very thread: ~session joins it (it ends by itself).
-    if (t->get_id() == self) continue;
-    t->join();
-  }
+  for (std::thread* t : {&reader_, &heartbeat_})
+    if (t->joinable()) t->join();
 }
 
 }  // namespace escrow::client::detail

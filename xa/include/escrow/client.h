@@ -107,7 +107,9 @@ class connection {
   transaction begin();
 
   // Called once, on an internal thread, when the connection breaks (not after close()), before
-  // the waiting calls wake. It must return quickly and must not destroy the connection.
+  // the waiting calls wake. It must return quickly. It may close() the connection, but must not
+  // release the last reference to it or to anything made from it (a producer, consumer or
+  // transaction; beware a weak_ptr locked in the listener): that aborts the process.
   void on_lost(std::function<void(const error&)> listener);
 
   // False once the connection is lost or closed.
