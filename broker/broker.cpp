@@ -67,26 +67,34 @@ void broker::impl::defer_ack(storage::batch b, std::function<void(const storage:
 
 void broker::impl::submit_deferred_acks() {
   if (deferred_acks.empty()) return;
+  auto [acks, acks_done] = take_deferred_acks();
+  store.submit(std::move(acks), completion_for(std::move(acks_done)));
+}
+
+std::pair<storage::batch, std::function<void(const storage::status&)>> broker::impl::take_deferred_acks() {
   timers->deferred_acks.cancel();
-  // A batch of their own, not merged into the next one: if that one is refused (a full store),
-  // these removals, which free room, are still applied.
   storage::batch acks = std::move(deferred_acks);
   deferred_acks = storage::batch{};
-  store_batch(std::move(acks), [done = std::move(deferred_ack_done)](const storage::status& s) {
+  std::function<void(const storage::status&)> done = [done = std::move(deferred_ack_done)](const storage::status& s) {
     for (auto& d : done) d(s);
-  });
+  };
   deferred_ack_done.clear();
+  return {std::move(acks), std::move(done)};
 }
 
 void broker::impl::submit(storage::batch b, std::function<void(const storage::status&)> done) {
-  submit_deferred_acks();  // first: they were received before whatever `b` holds
-  store_batch(std::move(b), std::move(done));
+  if (deferred_acks.empty()) return store.submit(std::move(b), completion_for(std::move(done)));
+  // The deferred removals first (they were received before whatever `b` holds), as a batch of
+  // their own: if `b` is refused (a full store), these, which free room, are still applied. Both
+  // are queued at once, so that the same group commit takes both.
+  auto [acks, acks_done] = take_deferred_acks();
+  store.submit(std::move(acks), completion_for(std::move(acks_done)), std::move(b), completion_for(std::move(done)));
 }
 
-void broker::impl::store_batch(storage::batch b, std::function<void(const storage::status&)> done) {
+std::function<void(storage::status)> broker::impl::completion_for(std::function<void(const storage::status&)> done) {
   // Completions arrive on the committer thread, a group at a time. They are collected here and
   // run in one core turn (one post, one flush per connection) rather than one post each.
-  store.submit(std::move(b), [this, done = std::move(done)](storage::status s) mutable {
+  return [this, done = std::move(done)](storage::status s) mutable {
     bool first;
     {
       std::lock_guard lock(completed_mutex);
@@ -94,7 +102,7 @@ void broker::impl::store_batch(storage::batch b, std::function<void(const storag
       completed.emplace_back(std::move(done), std::move(s));
     }
     if (first) post([this] { run_completions(); });
-  });
+  };
 }
 
 void broker::impl::run_completions() {

@@ -159,14 +159,17 @@ struct broker::impl {
   // Runs a function on the core strand; set up by broker.cpp, which owns the Asio strand.
   std::function<void(std::function<void()>)> post;
   // Submits a batch; `done` runs on the core strand with the outcome, then outboxes are flushed.
-  // Acknowledgements waiting in deferred_acks go first, in the same batch.
+  // Acknowledgements waiting in deferred_acks go first, as a batch of their own queued with it.
   void submit(storage::batch b, std::function<void(const storage::status&)> done);
   // An acknowledgement nobody asked a receipt for promises nothing about when it is on disk: its
   // removals wait here for the next write that has to happen anyway, or at most kDeferredAckMs
   // (docs/storage.md, "Acknowledgements without a receipt"). `done` runs when they are stored.
   void defer_ack(storage::batch b, std::function<void(const storage::status&)> done);
   void submit_deferred_acks();  // now, as a batch of their own (the timer, a closing connection)
-  void store_batch(storage::batch b, std::function<void(const storage::status&)> done);  // no deferral
+  // Empties deferred_acks and deferred_ack_done into a batch and one completion for them all.
+  std::pair<storage::batch, std::function<void(const storage::status&)>> take_deferred_acks();
+  // The store's completion for `done`: collected and run on the core in one turn (run_completions).
+  std::function<void(storage::status)> completion_for(std::function<void(const storage::status&)> done);
   static constexpr int kDeferredAckMs = 5;
   storage::batch deferred_acks;
   std::vector<std::function<void(const storage::status&)>> deferred_ack_done;

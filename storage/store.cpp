@@ -498,6 +498,17 @@ void store::submit(batch b, completion done) {
   impl_->wake.notify_one();
 }
 
+void store::submit(batch first, completion first_done, batch second, completion second_done) {
+  std::size_t first_bytes = first.byte_size(), second_bytes = second.byte_size();
+  impl_->queued_bytes.fetch_add(first_bytes + second_bytes, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->waiting.push_back(pending_batch{std::move(first), std::move(first_done), {}, first_bytes});
+    impl_->waiting.push_back(pending_batch{std::move(second), std::move(second_done), {}, second_bytes});
+  }
+  impl_->wake.notify_one();
+}
+
 namespace {
 // A short read-only transaction, aborted on scope exit (LMDB readers must stay short).
 struct read_txn {
