@@ -21,6 +21,7 @@
 #include <iterator>
 #include <cstdio>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -101,6 +102,7 @@ struct store::impl {
   void trim_resident_pages();
   void find_map();
   static constexpr int kRetryIsolated = -1;  // not an LMDB code: "apply the group batch by batch"
+  void enqueue(std::span<pending_batch> batches);
   int apply_group(std::vector<pending_batch>& group, bool isolated, MDB_txn*& txn, std::uint64_t& applied);
   void sync_and_complete(std::vector<pending_batch>& unsynced);
   void complete(std::vector<pending_batch>& done);
@@ -489,24 +491,25 @@ status store::copy_to(const std::string& dir, bool compact) const {
 }
 
 void store::submit(batch b, completion done) {
-  std::size_t bytes = b.byte_size();
-  impl_->queued_bytes.fetch_add(bytes, std::memory_order_relaxed);
-  {
-    std::lock_guard lock(impl_->mutex);
-    impl_->waiting.push_back(pending_batch{std::move(b), std::move(done), {}, bytes});
-  }
-  impl_->wake.notify_one();
+  pending_batch p[] = {{std::move(b), std::move(done), {}, 0}};
+  impl_->enqueue(p);
 }
 
 void store::submit(batch first, completion first_done, batch second, completion second_done) {
-  std::size_t first_bytes = first.byte_size(), second_bytes = second.byte_size();
-  impl_->queued_bytes.fetch_add(first_bytes + second_bytes, std::memory_order_relaxed);
+  pending_batch p[] = {{std::move(first), std::move(first_done), {}, 0}, {std::move(second), std::move(second_done), {}, 0}};
+  impl_->enqueue(p);
+}
+
+// Queues the batches under one lock, in order, so that the committer sees all or none of them.
+void store::impl::enqueue(std::span<pending_batch> batches) {
+  std::size_t bytes = 0;
+  for (auto& p : batches) bytes += p.bytes = p.work.byte_size();
+  queued_bytes.fetch_add(bytes, std::memory_order_relaxed);
   {
-    std::lock_guard lock(impl_->mutex);
-    impl_->waiting.push_back(pending_batch{std::move(first), std::move(first_done), {}, first_bytes});
-    impl_->waiting.push_back(pending_batch{std::move(second), std::move(second_done), {}, second_bytes});
+    std::lock_guard lock(mutex);
+    for (auto& p : batches) waiting.push_back(std::move(p));
   }
-  impl_->wake.notify_one();
+  wake.notify_one();
 }
 
 namespace {

@@ -431,38 +431,38 @@ TEST_SUITE("storage/store") {
     CHECK(scan_all(*s, table::entries, "", "").size() == static_cast<std::size_t>(total));
   }
 
+  // store::submit of a pair; returns both outcomes, in completion order.
+  std::vector<status> submit_pair(store& s, batch first, batch second) {
+    std::promise<void> both;
+    std::vector<status> results;  // on the committer thread, in order
+    s.submit(std::move(first), [&](status st) { results.push_back(st); }, std::move(second), [&](status st) {
+      results.push_back(st);
+      both.set_value();
+    });
+    both.get_future().wait();
+    return results;
+  }
+
   TEST_CASE("two batches queued at once share a commit, each applied or refused on its own") {
     temp_dir dir;
     const std::uint64_t map_size = 1ull << 20;
     auto s = open_store(dir.path(), map_size);
     for (int round = 0; round < 50; ++round) {  // never split, however the committer wakes
       const commit_stats before = s->stats();
-      std::promise<void> both;
-      std::vector<status> results;  // on the committer thread, in order
       batch first, second;
       first.put(table::queues, "first" + std::to_string(round), "v");
       second.put(table::queues, "second" + std::to_string(round), "v");
-      s->submit(std::move(first), [&](status st) { results.push_back(st); }, std::move(second), [&](status st) {
-        results.push_back(st);
-        both.set_value();
-      });
-      both.get_future().wait();
+      std::vector<status> results = submit_pair(*s, std::move(first), std::move(second));
       REQUIRE(results.size() == 2);
       CHECK(results[0].ok());
       CHECK(results[1].ok());
       CHECK(s->stats().commits == before.commits + 1);
     }
     // The second refused (too big for the map) does not take the first down.
-    std::promise<void> both;
-    std::vector<status> results;
     batch room, too_big;
     room.erase(table::queues, "first0");
     too_big.put(table::messages, message_key(1), std::string(2 * map_size, 'x'));
-    s->submit(std::move(room), [&](status st) { results.push_back(st); }, std::move(too_big), [&](status st) {
-      results.push_back(st);
-      both.set_value();
-    });
-    both.get_future().wait();
+    std::vector<status> results = submit_pair(*s, std::move(room), std::move(too_big));
     REQUIRE(results.size() == 2);
     CHECK(results[0].ok());
     CHECK(results[1].which() == status::code::store_full);

@@ -70,8 +70,8 @@ class store {
   // store has stopped taking writes). An empty batch is a barrier: it completes after every batch
   // submitted before it, without a write transaction of its own.
   void submit(batch b, completion done);
-  // Queues `first` then `second` at once, so that the committer never takes one without the
-  // other into a group; each is still applied, refused and completed on its own.
+  // Queues `first` then `second` at once, so that the committer takes both into one group (unless
+  // `first` fills the group to max_group_batches); each is applied, refused and completed on its own.
   void submit(batch first, completion first_done, batch second, completion second_done);
 
   // Reads the value under `key`. not_found when absent.
