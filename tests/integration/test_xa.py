@@ -2,18 +2,15 @@
 state rules (join, suspend and resume, fail, read-only, one-phase), recover scans, heuristic
 decisions and forget, branch timeouts, bad input, and what a connection going away does."""
 
+import json
 import time
 
 import pytest
 
-from conftest import SLOW, drain, frame_bytes, new_xid, unique
+from conftest import SLOW, TIMEOUT, drain, frame_bytes, new_xid, unique
 
 RB_CODES = {"XA_RBROLLBACK", "XA_RBCOMMFAIL", "XA_RBDEADLOCK", "XA_RBINTEGRITY", "XA_RBOTHER",
             "XA_RBPROTO", "XA_RBTIMEOUT", "XA_RBTRANSIENT"}
-
-# Every answer to XA-ROLLBACK seen in this module: XA_RETRY must never be one of them.
-ROLLBACK_ANSWERS = []
-
 
 def queue():
     return f"/queue/{unique('xa')}"
@@ -26,7 +23,7 @@ def bodies(msgs):
 def call(c, verb, xid=None, flags=None, **headers):
     r = c.xa(verb, xid, flags, **headers)
     if verb.upper().endswith("ROLLBACK"):
-        ROLLBACK_ANSWERS.append(r.result)
+        # XA_RETRY is no answer to xa_rollback (../shared/XA.md): checked at every rollback.
         assert r.result != "XA_RETRY", f"XA-ROLLBACK answered XA_RETRY: {r}"
     return r
 
@@ -48,6 +45,31 @@ def recover_all(c):
     r = ok(c, "RECOVER", None, "TMSTARTRSCAN|TMENDRSCAN", count=10000)
     assert r.count == len(r.xids), r
     return r.xids
+
+
+def xa_list(c):
+    """Every branch the broker has, as the ADMIN xa-list command shows them (dicts with xid, state,
+    local, ...): what the tests wait on instead of sleeping."""
+    rid = c.new_receipt()
+    c.conn.send_frame("ADMIN", {"admin-command": "xa-list", "receipt": rid})
+    c.wait_receipt(rid)
+    with c.listener.cond:
+        f = c.listener.receipt_frames[rid]
+    assert f.headers.get("admin-status") == "ok", dict(f.headers)
+    return json.loads(f.body)["branches"]
+
+
+def wait_states(c, wanted, timeout=None):
+    """Polls xa-list until every xid in `wanted` (xid -> state, as rm::to_string names it) is in that
+    state; returns the list that showed it."""
+    deadline = time.monotonic() + (timeout or TIMEOUT)
+    while True:
+        branches = xa_list(c)
+        states = {b["xid"]: b["state"] for b in branches}
+        if all(states.get(x) == state for x, state in wanted.items()):
+            return branches
+        assert time.monotonic() < deadline, f"waited for {wanted}; the broker has {states}"
+        time.sleep(0.05)
 
 
 def contents(broker, stomp_client, q, ack="auto"):
@@ -466,28 +488,30 @@ def test_rollback_while_another_connection_is_associated_is_proto(broker, stomp_
         assert r.result in {"XA_OK"} | RB_CODES, r
     else:
         b.drop()
-        time.sleep(0.3 * SLOW)
+        wait_states(tm, {x: "rollback-only"})  # the broker saw b go
     expect(tm, "START", x, "TMJOIN", "XA_RB*")  # nobody joins a rollback-only branch
     expect(tm, "PREPARE", x, None, "XAER_PROTO")  # a is still associated
     expect(tm, "ROLLBACK", x, None, "XAER_PROTO")  # ... for rollback too
     a.send(q, "a-after")  # rollback-only: dropped, never stored as a plain message
     expect(a, "END", x, "TMSUCCESS", "XA_RB*")
-    r = call(tm, "ROLLBACK", x)
-    assert r.result in {"XA_OK", "XAER_NOTA"} | RB_CODES, r
+    # Nobody is associated any more: the rollback-only branch is rolled back now, as asked.
+    expect(tm, "ROLLBACK", x, None, "XA_OK")
+    expect(tm, "ROLLBACK", x, None, "XAER_NOTA")  # and forgotten
     assert contents(broker, stomp_client, q) == []
 
 
 def test_timed_out_branch_is_not_forgotten_while_still_associated(broker_factory, stomp_client):
-    # A timed-out branch is "remembered for another timeout at most"; but a connection still
-    # associated with it must not find itself silently outside any branch, with its SENDs stored
-    # as plain messages: they are dropped, and its XA-END answers XA_RBTIMEOUT.
+    # A connection still associated with a branch the broker timed out must not find itself
+    # silently outside any branch, with its SENDs stored as plain messages: they are dropped, and
+    # its XA-END answers XA_RBTIMEOUT. (The broker remembers a timed-out branch for ten minutes at
+    # least, and longer while a connection is associated with it.)
     b = broker_factory(config=TIMEOUT_CONFIG)
     q = queue()
     c = stomp_client(b)
     x = new_xid()
     ok(c, "START", x)
     c.send(q, "before")
-    time.sleep(5.5 * SLOW)  # rolled back after ~1.5-2.5 s; "remembered" ~1.5 s more
+    wait_states(stomp_client(b), {x: "rolled back"})  # timed out after 1.5-2.5 s
     c.send(q, "after")
     expect(c, "END", x, "TMSUCCESS", "XA_RBTIMEOUT")
     assert contents(b, stomp_client, q) == []
@@ -495,8 +519,9 @@ def test_timed_out_branch_is_not_forgotten_while_still_associated(broker_factory
 
 def test_rollback_of_timed_out_branch_while_still_associated(broker_factory, stomp_client):
     # The TM rolls back a branch the broker timed out while a connection is still associated
-    # with it: whatever the answer (XAER_PROTO: still associated, or XA_RBTIMEOUT), the associated
-    # connection's SENDs are dropped and its XA-END tells it the branch was rolled back.
+    # with it: the answer is XA_RBTIMEOUT (the broker rolled it back already; rm/state_machine.cpp,
+    # rollback of a rolled-back branch), the branch stays remembered for the associated
+    # connection, whose SENDs are dropped and whose XA-END tells it the branch was rolled back.
     b = broker_factory(config=TIMEOUT_CONFIG)
     q = queue()
     a = stomp_client(b)
@@ -504,9 +529,8 @@ def test_rollback_of_timed_out_branch_while_still_associated(broker_factory, sto
     x = new_xid()
     ok(a, "START", x)
     a.send(q, "before")
-    time.sleep(3.0 * SLOW)
-    r = call(tm, "ROLLBACK", x)
-    assert r.result in {"XAER_PROTO", "XA_RBTIMEOUT"}, r
+    wait_states(tm, {x: "rolled back"})  # timed out after 1.5-2.5 s
+    expect(tm, "ROLLBACK", x, None, "XA_RBTIMEOUT")
     a.send(q, "after")
     expect(a, "END", x, "TMSUCCESS", "XA_RBTIMEOUT")
     assert contents(b, stomp_client, q) == []
@@ -520,7 +544,7 @@ def test_one_phase_commit_of_timed_out_branch(broker_factory, stomp_client):
     ok(c, "START", x)
     c.send(q, "never")
     ok(c, "END", x, "TMSUCCESS")
-    time.sleep(3.0 * SLOW)
+    wait_states(c, {x: "rolled back"})  # timed out after 1.5-2.5 s
     expect(c, "COMMIT", x, "TMONEPHASE", "XA_RBTIMEOUT")
     expect(c, "COMMIT", x, "TMONEPHASE", "XAER_NOTA")  # forgotten once told
     assert contents(b, stomp_client, q) == []
@@ -536,7 +560,13 @@ def test_local_transactions_have_no_timeout(broker_factory, stomp_client):
     c.begin("t")
     c.send(q, "late", headers={"transaction": "t"})
     c.ack(m, receipt=True, transaction="t")
-    time.sleep(3.0 * SLOW)
+    # An XA branch started after the local transaction times out: the local transaction, older,
+    # would have been rolled back by then (or in the same pass) if it had a timeout.
+    d = stomp_client(b)
+    y = new_xid()
+    ok(d, "START", y)
+    branches = wait_states(d, {y: "rolled back"})
+    assert [br["state"] for br in branches if br["local"]] == ["idle"], branches
     c.commit("t")
     assert bodies(contents(b, stomp_client, q)) == ["late"]
     assert contents(b, stomp_client, qin) == []
@@ -793,7 +823,12 @@ def test_branch_timeout(broker_factory, stomp_client):
     ok(p, "END", z, "TMSUCCESS")
     ok(p, "PREPARE", z)
 
-    time.sleep(3.0 * SLOW)
+    # A last branch, started after z: once it has timed out, z's timeout has passed too.
+    s = stomp_client(b)
+    w = new_xid()
+    ok(s, "START", w)
+    branches = wait_states(s, {x: "rolled back", y: "rolled back", w: "rolled back"})
+    assert {br["xid"]: br["state"] for br in branches}[z] == "prepared", branches
 
     expect(c, "PREPARE", x, None, "XA_RBTIMEOUT")
     back = contents(b, stomp_client, qin)
@@ -1142,10 +1177,25 @@ def test_connection_going_away_leaves_idle_or_prepared_branch_alone(broker, stom
 # Calls that arrive while a branch's write is in flight
 # --------------------------------------------------------------------------------------------
 
+def pipelined(c, calls):
+    """Sends XA frames, (verb, xid, flags) each, in one write: on loopback they arrive together, the
+    broker reads them in one read and its core handles them in one turn, before any store write
+    of theirs has completed. Returns their answers, in order."""
+    data, rids = b"", []
+    for verb, x, flags in calls:
+        rid = c.new_receipt()
+        rids.append(rid)
+        headers = [("xid", x), ("receipt", rid)] + ([("flags", flags)] if flags else [])
+        data += frame_bytes("XA-" + verb, headers)
+    c.conn.transport.send(data)
+    return [c.xa_reply(rid) for rid in rids]
+
+
 @pytest.mark.parametrize("second", ["COMMIT", "ROLLBACK", "PREPARE", "FORGET"])
 def test_call_pipelined_behind_prepare(broker, stomp_client, second):
-    # The second call arrives while the prepare record may still be on its way to disk: it answers
-    # XAER_PROTO (write in flight) or acts on the prepared branch; never both or neither.
+    # The second call arrives while the prepare record is still on its way to disk: it answers
+    # XAER_PROTO (a write of the branch is in flight; rm/resource_manager.cpp checks that before
+    # anything else) and changes nothing; the branch is prepared, whole.
     qin, qout = queue(), queue()
     preload(broker, stomp_client, qin, ["in"])
     c = stomp_client(broker)
@@ -1156,30 +1206,15 @@ def test_call_pipelined_behind_prepare(broker, stomp_client, second):
     c.send(qout, "out")
     c.ack(m, receipt=True)
     ok(c, "END", x, "TMSUCCESS")
-    r1 = c.xa("PREPARE", x, wait=False)
-    r2 = c.xa(second, x, wait=False)
-    a1, a2 = c.xa_reply(r1), c.xa_reply(r2)
-    if second == "ROLLBACK":
-        ROLLBACK_ANSWERS.append(a2.result)
+    a1, a2 = pipelined(c, [("PREPARE", x, None), (second, x, None)])
     assert a1.result == "XA_OK", a1
-    allowed = {"COMMIT": {"XA_OK", "XAER_PROTO"}, "ROLLBACK": {"XA_OK", "XAER_PROTO"},
-               "PREPARE": {"XAER_PROTO"}, "FORGET": {"XAER_NOTA", "XAER_PROTO"}}[second]
-    assert a2.result in allowed, a2
+    assert a2.result == "XAER_PROTO", a2
     c.close()
     d = stomp_client(broker)
-    if a2.result == "XA_OK":
-        assert recover_all(d) == []
-        committed = second == "COMMIT"
-    else:
-        assert recover_all(d) == [x]
-        ok(d, "COMMIT", x)
-        committed = True
-    if committed:
-        assert bodies(contents(broker, stomp_client, qout)) == ["out"]
-        assert contents(broker, stomp_client, qin) == []
-    else:
-        assert contents(broker, stomp_client, qout) == []
-        assert bodies(contents(broker, stomp_client, qin)) == ["in"]
+    assert recover_all(d) == [x]
+    ok(d, "COMMIT", x)
+    assert bodies(contents(broker, stomp_client, qout)) == ["out"]
+    assert contents(broker, stomp_client, qin) == []
 
 
 @pytest.mark.parametrize("second", ["COMMIT", "ROLLBACK", "COMMIT-1PC"])
@@ -1195,8 +1230,6 @@ def test_call_pipelined_behind_commit(broker, stomp_client, second):
     verb, flags = (second, None) if second != "COMMIT-1PC" else ("COMMIT", "TMONEPHASE")
     r2 = c.xa(verb, x, flags, wait=False)
     a1, a2 = c.xa_reply(r1), c.xa_reply(r2)
-    if second == "ROLLBACK":
-        ROLLBACK_ANSWERS.append(a2.result)
     assert a1.result == "XA_OK", a1
     assert a2.result in {"XAER_PROTO", "XAER_NOTA"}, a2
     assert recover_all(c) == []
@@ -1213,7 +1246,6 @@ def test_one_phase_commit_pipelined_with_rollback(broker, stomp_client):
     r1 = c.xa("COMMIT", x, "TMONEPHASE", wait=False)
     r2 = c.xa("ROLLBACK", x, wait=False)
     a1, a2 = c.xa_reply(r1), c.xa_reply(r2)
-    ROLLBACK_ANSWERS.append(a2.result)
     assert a1.result == "XA_OK", a1
     assert a2.result in {"XAER_PROTO", "XAER_NOTA"}, a2
     assert bodies(contents(broker, stomp_client, q)) == ["m"]
@@ -1283,12 +1315,12 @@ def test_rollback_after_refused_prepare(broker_factory, stomp_client):
 
 
 # --------------------------------------------------------------------------------------------
-# Last: over every rollback answer of this module
+# Rollback in every state
 # --------------------------------------------------------------------------------------------
 
 def test_xa_retry_is_never_an_answer_to_rollback(broker, stomp_client):
-    # Rollback in every state this module can reach; plus every rollback answer collected by the
-    # tests that ran before this one.
+    # Rollback in every state a branch can be in, each with its answer; never XA_RETRY (call()
+    # checks that at every XA-ROLLBACK of this module, too).
     q = queue()
     c = stomp_client(broker)
     answers = []
@@ -1332,9 +1364,9 @@ def test_xa_retry_is_never_an_answer_to_rollback(broker, stomp_client):
     ok(c, "XA-HEURISTIC", h, outcome="rollback")
     rb(c, h)  # heuristically rolled back
     ok(c, "FORGET", h)
-    every = answers + ROLLBACK_ANSWERS
-    assert "XA_RETRY" not in every, every
-    assert answers[0] == "XAER_NOTA" and answers[2] == "XA_OK" and answers[3] == "XAER_NOTA"
-    assert answers[4] == "XA_OK"
-    assert answers[-1] == "XA_HEURRB"
+    assert "XA_RETRY" not in answers, answers
+    # unknown, active (associated here), idle, gone, prepared, rollback-only, suspended, idle again
+    # (resumed and ended), heuristically rolled back (rm/state_machine.cpp, rollback()).
+    assert answers == ["XAER_NOTA", "XAER_PROTO", "XA_OK", "XAER_NOTA", "XA_OK", "XA_OK", "XAER_PROTO", "XA_OK",
+                       "XA_HEURRB"], answers
     assert contents(broker, stomp_client, q) == []
