@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+import time
 
 import pytest
 
@@ -309,10 +310,23 @@ def prepared_branch(broker, stomp_client, qin, qout):
 
 def test_xa_list_and_heuristic_commit_then_the_managers_commit_gets_heurcom(broker, stomp_client):
     qin, qout = f"/queue/{unique('in')}", f"/queue/{unique('out')}"
+    started = time.monotonic()
     x, tm = prepared_branch(broker, stomp_client, qin, qout)
     branches = ok_json(broker, "xa", "list")["branches"]
     (b,) = [b for b in branches if b["xid"] == x]
-    assert b["state"] == "prepared" and b["local"] is False and b["age_ms"] >= 0
+    assert b["state"] == "prepared" and b["local"] is False
+    # age_ms counts from the branch's XA-START: not more than the test has run since just before it
+    # (a few ms of slack: the broker's clock is the wall clock, whole milliseconds) ...
+    first = b["age_ms"]
+    assert first <= (time.monotonic() - started) * 1000 + 10, (first, time.monotonic() - started)
+    # ... and it grows while the branch stays prepared.
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        (again,) = [b for b in ok_json(broker, "xa", "list")["branches"] if b["xid"] == x]
+        if again["age_ms"] > first:
+            break
+        assert time.monotonic() < deadline, f"age_ms stayed at {first}: {again}"
+    assert again["age_ms"] <= (time.monotonic() - started) * 1000 + 10, (again, time.monotonic() - started)
     assert [s["queues"] for s in b["sent"]] == [[qout[len("/queue/"):]]]
     assert [c["queue"] for c in b["consumed"]] == [qin[len("/queue/"):]]
     text = ok_text(broker, "xa", "list")
