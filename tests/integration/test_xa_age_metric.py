@@ -7,7 +7,7 @@ import json
 import re
 import time
 
-from conftest import new_xid, unique
+from conftest import TIMEOUT, new_xid, unique
 from test_http import get, http_config, http_port, scrape
 
 AGE = ("escrow_xa_oldest_prepared_age_seconds", frozenset())
@@ -17,6 +17,29 @@ def age_in_status(port):
     status, _, body = get(port, "/status")
     assert status == 200, body
     return json.loads(body)["xa_oldest_prepared_age_seconds"]
+
+
+def branch_age_ms(client, x):
+    """The age of branch x as the broker reports it (the ADMIN xa-list answer's age_ms)."""
+    rid = client.new_receipt()
+    client.conn.send_frame("ADMIN", {"admin-command": "xa-list", "receipt": rid})
+    client.wait_receipt(rid)
+    with client.listener.cond:
+        f = client.listener.receipt_frames[rid]
+    assert f.headers.get("admin-status") == "ok", dict(f.headers)
+    (b,) = [b for b in json.loads(f.body)["branches"] if b["xid"] == x]
+    return b["age_ms"]
+
+
+def poll(read, holds, what):
+    """Calls read() until holds(value); returns that value (fails after TIMEOUT)."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        value = read()
+        if holds(value):
+            return value
+        assert time.monotonic() < deadline, f"{what}: still {value}"
+        time.sleep(0.05)
 
 
 def test_oldest_prepared_age(broker_factory, stomp_client):
@@ -33,14 +56,15 @@ def test_oldest_prepared_age(broker_factory, stomp_client):
     assert c.xa("END", x, "TMSUCCESS").result == "XA_OK"
     # Active and idle branches are not in doubt: still 0.
     assert scrape(port)[AGE] == 0
-    time.sleep(1.2)
+    # The idle branch is prepared once the broker says it is 1.2 s old (xa-list), not before.
+    poll(lambda: branch_age_ms(c, x), lambda age: age >= 1200, "the idle branch's age_ms")
     assert c.xa("PREPARE", x).result == "XA_OK"
     first = scrape(port)[AGE]
-    # Measured from XA-START, so at least the 1.2 s slept since then, and no more than the test ran.
+    # Measured from XA-START, so at least the 1.2 s it was idle, and no more than the test ran.
     assert 1.2 <= first <= time.monotonic() - started + 0.1, first
-    time.sleep(0.5)
-    second = scrape(port)[AGE]
-    assert second >= first + 0.4, (first, second)
+    # It grows while the branch stays prepared: 0.4 s more, and still no more than the test ran.
+    second = poll(lambda: scrape(port)[AGE], lambda age: age >= first + 0.4, f"{AGE[0]} after {first}")
+    assert second <= time.monotonic() - started + 0.1, (first, second)
     assert second - 0.1 <= age_in_status(port) <= second + 5
 
     # Other branches prepared later do not lower it: it is the oldest.
