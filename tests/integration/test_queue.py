@@ -17,6 +17,22 @@ def bodies(msgs):
     return [m.body for m in msgs]
 
 
+def sentinels_to_each(producer, q, consumers, most=20):
+    """Sends sentinels to queue q, one at a time, until every consumer has received one (at most
+    `most`). A queue hands out in order and a connection receives in order, so each consumer then
+    has every message the queue gave it before its sentinel: what it has not got by then was not
+    in the queue ahead of them. Returns the set of sentinel bodies."""
+    sent = set()
+    while not all(any(m.body in sent for m in c.messages) for c in consumers):
+        assert len(sent) < most, f"{most} sentinels and not every consumer got one"
+        body = unique("sentinel")
+        sent.add(body)
+        producer.send(q, body)
+        consumers[0].listener.wait_for(
+            lambda: any(m.body == body for c in consumers for m in c.messages), TIMEOUT, f"sentinel {body}")
+    return sent
+
+
 def test_send_then_receive_with_message_headers(broker, stomp_client):
     q = queue()
     producer = stomp_client(broker)
@@ -249,8 +265,9 @@ def test_nacked_message_is_redelivered_exactly_once_among_consumers(broker, stom
     b.subscribe(q, ack="client-individual")
     a.nack(m, receipt=True)
     a.listener.wait_for(lambda: len(a.messages) + len(b.messages) >= 2, TIMEOUT, "the redelivery")
-    time.sleep(0.3)
-    again = a.messages[1:] + b.messages
+    # No second copy: had there been one, it would have come before the sentinels sent now.
+    sentinels = sentinels_to_each(p, q, [a, b])
+    again = [x for x in a.messages[1:] + b.messages if x.body not in sentinels]
     assert len(again) == 1, bodies(again)
     assert again[0].body == "first" and again[0].headers["redelivered"] == "true"
     assert again[0].headers["delivery-count"] == "2"
@@ -292,8 +309,10 @@ def test_competing_consumers_round_robin(broker, stomp_client):
     for i in range(n):
         p.send(q, f"m{i}", receipt=(i == n - 1))
     a.listener.wait_for(lambda: len(a.messages) + len(b.messages) >= n, TIMEOUT, f"{n} messages in all")
-    time.sleep(0.2)
-    a_got, b_got = a.messages, b.messages
+    # Nothing more than the n: whatever else the queue held would have come before the sentinels.
+    sentinels = sentinels_to_each(p, q, [a, b])
+    a_got = [m for m in a.messages if m.body not in sentinels]
+    b_got = [m for m in b.messages if m.body not in sentinels]
     assert (len(a_got), len(b_got)) == (n // 2, n // 2), (bodies(a_got), bodies(b_got))
     assert sorted(bodies(a_got) + bodies(b_got), key=lambda s: int(s[1:])) == [f"m{i}" for i in range(n)]
     # round robin: each consumer gets every other message
