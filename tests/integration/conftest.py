@@ -515,10 +515,17 @@ class Client:
     def wait_disconnected(self, timeout=None):
         self.listener.wait_for(lambda: self.listener.disconnected, timeout or TIMEOUT, "the server to close")
 
-    def settle(self, count, seconds=0.4, subscription=None):
-        """Asserts that no more than `count` messages arrive within `seconds` (used where no
-        sentinel can prove absence, e.g. a full prefetch window)."""
-        time.sleep(seconds * SLOW)
+    def settle(self, count, subscription=None):
+        """Asserts that exactly `count` messages (of one subscription, if given) have arrived once
+        the broker has answered a later frame on this connection: the BEGIN and ABORT of a
+        throwaway local transaction (used where no sentinel can prove absence, e.g. a full prefetch
+        window). The broker handles a connection's frames in order and writes to it in order, so
+        every MESSAGE it gave this connection before it handled that ABORT arrived before the
+        ABORT's RECEIPT. That covers deliveries caused by what the test has already seen done (a
+        RECEIPT or a message, on any connection); one a timer would cause needs its own wait."""
+        name = unique("settle")
+        self.begin(name, receipt=False)
+        self.abort(name)
         got = [m for m in self.messages if subscription is None or m.headers.get("subscription") == subscription]
         assert len(got) == count, f"expected {count} messages, got {len(got)}: {[m.body for m in got]}"
 

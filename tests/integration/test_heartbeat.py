@@ -151,7 +151,7 @@ def test_silent_client_unacked_messages_return_to_queue(broker_factory, raw, sto
     got = c.wait_messages(2)
     assert [m.body for m in got] == ["m1", "m2"]
     assert all(m.headers["redelivered"] == "true" for m in got)
-    c.settle(2, seconds=0.2)
+    c.settle(2)
 
 
 def test_stomp_py_client_with_heart_beats_stays_connected(broker_factory, stomp_client):

@@ -30,8 +30,8 @@ def test_every_subscription_gets_a_copy(broker, stomp_client):
         assert bodies(got) == ["m0", "m1", "m2"]
         assert [m.headers["x-k"] for m in got] == ["0", "1", "2"]
         assert all(m.headers["destination"] == t for m in got)
-    a.settle(6, seconds=0.2)
-    b.settle(3, seconds=0.0)
+    a.settle(6)
+    b.settle(3)
     # A topic consumer in client-individual mode acknowledges its copy.
     b.ack(b.messages[0], receipt=True)
 
@@ -59,7 +59,7 @@ def test_unsubscribed_topic_consumer_gets_nothing_more(broker, stomp_client):
     a.unsubscribe(sa)
     p.send(t, "two")
     b.wait_body("two")
-    a.settle(1, seconds=0.2)
+    a.settle(1)
     assert bodies(b.messages) == ["one", "two"]
 
 
@@ -76,7 +76,7 @@ def test_topic_unacked_copy_is_redelivered_to_same_subscription_only(broker, sto
     a.nack(m)
     again = a.wait_messages(2, subscription=sa)[1]
     assert again.body == "m" and again.headers["redelivered"] == "true"
-    b.settle(1, seconds=0.2)
+    b.settle(1)
 
 
 def durable_headers(name, alias=False):
@@ -195,7 +195,7 @@ def test_unsubscribe_by_id_only_keeps_the_durable_subscription(broker, stomp_cli
     c.unsubscribe(sub)  # no durable name: the consumer stops, the subscription stays
     p = stomp_client(broker)
     p.send(t, "kept")
-    c.settle(0, seconds=0.2)
+    c.settle(0)
     sub2 = c.subscribe(t, headers=durable_headers(name))
     assert bodies(c.wait_messages(1, subscription=sub2)) == ["kept"]
 
