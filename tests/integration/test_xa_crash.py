@@ -6,12 +6,13 @@ transaction (or an XA branch not yet prepared) killed before its commit leaves n
 
 import os
 import random
+import subprocess
 import threading
 import time
 
 import pytest
 
-from conftest import SLOW, TIMEOUT, drain, new_xid, unique
+from conftest import ESCROWD, SLOW, TIMEOUT, drain, new_xid, unique
 
 
 def queue(prefix="crash"):
@@ -473,11 +474,43 @@ def test_local_commit_answered_survives_sigkill_in_full(broker, stomp_client):
     assert bodies(look(broker, stomp_client, qin)) == ["in2"]
 
 
-def test_commit_refused_by_full_store_keeps_branch_prepared_across_restart(broker_factory, stomp_client):
-    # The commit batch writes the branch's messages next to its prepare record: in a small store
-    # a prepared branch can be refused at commit (XAER_RMFAIL, "try again"). It must stay prepared,
+def storage_key_known(tmp_path, key):
+    """Whether this escrowd has the configuration key [storage] `key`: given a value of the wrong
+    type, it stops at once either way, saying "unknown key" only if it has none."""
+    config = tmp_path / f"probe-{key}.toml"
+    config.write_text(f'[storage]\n{key} = "?"\n')
+    r = subprocess.run([ESCROWD, "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "probe-data"), "--config",
+                        str(config)], capture_output=True, text=True, timeout=60 * SLOW)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    return "unknown key" not in r.stderr
+
+
+def fill_store(broker, stomp_client):
+    """Sends 32 KiB messages to a queue of their own until the store refuses one (an ERROR, which
+    closes that connection); returns how many it stored first."""
+    f = stomp_client(broker)
+    q = queue("filler")
+    for stored in range(1000):
+        rid = f.send(q, "f" * 32_768, wait=False)
+        f.listener.wait_for(lambda: rid in f.listener.receipts or f.listener.errors or f.listener.disconnected,
+                            TIMEOUT, f"RECEIPT {rid} or an ERROR")
+        if rid not in f.listener.receipts:
+            (e,) = f.errors
+            assert "full" in e.headers.get("message", "").lower(), (dict(e.headers), e.body)
+            return stored
+    raise AssertionError("the store never refused a SEND")
+
+
+def test_commit_refused_by_full_store_keeps_branch_prepared_across_restart(broker_factory, stomp_client, tmp_path):
+    # The commit batch writes the branch's messages next to its prepare record: in a full store a
+    # prepared branch is refused at commit (XAER_RMFAIL, "try again"). It must stay prepared,
     # whole, and commit exactly once when the store has room (here: a larger map after restart).
-    b = broker_factory(config="[storage]\nmap-size = 1048576\n")
+    # The store is full on purpose: a 1 MiB map that may not grow, filled after the prepare until
+    # a SEND is refused. Where escrowd's map grows by itself, storage.max-map-size keeps it at 1 MiB
+    # (storage.max-size would not do: it refuses new SENDs, never a commit); an escrowd without
+    # that key has a map that never grows.
+    cap = "max-map-size = 1048576\n" if storage_key_known(tmp_path, "max-map-size") else ""
+    b = broker_factory(config="[storage]\nmap-size = 1048576\n" + cap)
     qin, qout = queue("in"), queue("out")
     preload(b, stomp_client, qin, ["in0", "in1"])
     c = stomp_client(b)
@@ -490,9 +523,8 @@ def test_commit_refused_by_full_store_keeps_branch_prepared_across_restart(broke
     c.ack(msgs[0], receipt=True)
     ok(c, "END", x, "TMSUCCESS")
     ok(c, "PREPARE", x)
+    fill_store(b, stomp_client)
     r = c.xa("COMMIT", x)
-    if r.result == "XA_OK":
-        pytest.skip("the store had room for the commit; nothing to test here")
     assert r.result == "XAER_RMFAIL", r
     assert recover_all(c) == [x]
     c.close()
