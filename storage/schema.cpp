@@ -2,6 +2,7 @@
 #include "escrow/storage/schema.h"
 
 #include "escrow/storage/coding.h"
+#include "escrow/storage/store.h"
 
 namespace escrow::storage {
 
@@ -196,6 +197,38 @@ void erase_entry(batch& b, const entry_key& key) { b.remove_entry(key.encode());
 
 bool decode_inline_message(std::string_view entry_value, message_record& out) {
   return entry_value.size() > 4 && message_record::decode(entry_value.substr(4), out);
+}
+
+void put_next_message_id(batch& b, std::uint64_t next) {
+  std::string v;
+  put_u64(v, next);
+  b.put(table::meta, kNextMessageIdKey, v);
+}
+
+void put_next_queue_id(batch& b, std::uint32_t next) {
+  std::string v;
+  put_u32(v, next);
+  b.put(table::meta, kNextQueueIdKey, v);
+}
+
+status read_next_ids(const store& s, next_ids& out) {
+  out = next_ids{};
+  std::string value;
+  auto read = [&](std::string_view key, std::size_t size) -> status {
+    value.clear();
+    status r = s.get(table::meta, key, value);
+    if (r.which() == status::code::not_found) return {};
+    if (!r.ok()) return r;
+    if (value.size() != size)
+      return corrupt_record(table::meta, key, "a u" + std::to_string(size * 8) + " is " + std::to_string(size) +
+                                                  " bytes, this value is " + std::to_string(value.size()));
+    return {};
+  };
+  if (status r = read(kNextMessageIdKey, 8); !r.ok()) return r;
+  if (std::string_view v = value; !v.empty()) get_u64(v, out.message);
+  if (status r = read(kNextQueueIdKey, 4); !r.ok()) return r;
+  if (std::string_view v = value; !v.empty()) get_u32(v, out.queue);
+  return {};
 }
 
 }  // namespace escrow::storage

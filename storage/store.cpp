@@ -7,9 +7,13 @@
 
 #include <fcntl.h>
 #include <lmdb.h>
+#include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <atomic>
 #include <chrono>
@@ -21,6 +25,7 @@
 #include <iterator>
 #include <cstdio>
 #include <mutex>
+#include <shared_mutex>
 #include <span>
 #include <thread>
 #include <vector>
@@ -42,12 +47,26 @@ status from_lmdb(int rc, std::string_view what) {
     case MDB_NOTFOUND: return {status::code::not_found, message};
     case MDB_MAP_FULL:
       return {status::code::store_full,
-              message + " (raise storage.map-size in the configuration, or consume messages)"};
+              message + " (the map is at storage.max-map-size: raise it, or consume messages)"};
+    case ENOSPC:
+    case EDQUOT:
+      return {status::code::store_full,
+              message + " (the disk holding the data directory is full: free disk space or consume messages)"};
     case MDB_CORRUPTED:
     case MDB_PAGE_NOTFOUND:
     case MDB_INVALID: return {status::code::corrupt, message};
     default: return {status::code::io_error, message};
   }
+}
+
+// fsync of a directory: a file created or renamed in it is durable only once its entry is
+// (DESIGN.md invariant 9). 0 or an errno.
+int sync_directory(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  int rc = ::fsync(fd) == 0 ? 0 : errno;
+  ::close(fd);
+  return rc;
 }
 
 struct pending_batch {
@@ -73,9 +92,25 @@ struct store::impl {
   std::condition_variable copies_done;
   std::thread committer;
 
-  // Sticky after a failed commit. Written by the committer only; atomic so that stats() and
+  // Sticky after a failed sync. Written by the committer only; atomic so that stats() and
   // writable() may read it from any thread.
   std::atomic<bool> failed{false};
+  // Shared by every read transaction, exclusive while the committer grows the map: LMDB may remap
+  // only while no transaction of this process is open (mdb_env_set_mapsize).
+  mutable std::shared_mutex map_lock;
+  std::atomic<std::uint64_t> map_grows{0};
+  fault_plan faults;          // committer thread only; empty unless a test asked for faults
+  bool refusing = false;      // committer only: the last group was refused (logged once)
+
+  // send_room(): measured at most every kRoomCheckNs, by whichever thread asks first.
+  static constexpr std::int64_t kRoomCheckNs = 10'000'000;
+  mutable std::mutex room_mutex;
+  mutable std::atomic<std::int64_t> room_checked_ns{0};
+  mutable std::atomic<std::uint64_t> live_bytes{0};
+  mutable std::atomic<std::uint64_t> reusable_bytes{0};
+  mutable std::atomic<std::uint64_t> disk_free{0};
+  mutable std::atomic<bool> low_disk{false};  // near the floor: sync each group before the next
+  void measure_room() const;
   std::chrono::steady_clock::time_point last_trim;  // committer thread only
   std::atomic<std::uint64_t> commits{0};
   std::atomic<std::size_t> queued_bytes{0};  // submitted batches not yet completed
@@ -102,8 +137,15 @@ struct store::impl {
   void trim_resident_pages();
   void find_map();
   static constexpr int kRetryIsolated = -1;  // not an LMDB code: "apply the group batch by batch"
+  static constexpr int kInjectedFull = -2;   // not an LMDB code: a full map that growing cannot cure
   void enqueue(std::span<pending_batch> batches);
-  int apply_group(std::vector<pending_batch>& group, bool isolated, MDB_txn*& txn, std::uint64_t& applied);
+  int apply_group(std::vector<pending_batch>& group, bool isolated, bool stop_on_full, MDB_txn*& txn,
+                  std::uint64_t& applied);
+  int write_group(std::vector<pending_batch>& group, std::uint64_t& applied);
+  int commit(MDB_txn* txn);
+  int sync();
+  bool grow_map();
+  void fail_for_good(const status& why, std::vector<pending_batch>& unsynced, std::vector<pending_batch>& group);
   void sync_and_complete(std::vector<pending_batch>& unsynced);
   void complete(std::vector<pending_batch>& done);
   void* map_base = nullptr;  // where LMDB mapped data.mdb, if found
@@ -116,9 +158,10 @@ struct store::impl {
 
 status store::impl::open_environment() {
   std::error_code ec;
-  std::filesystem::create_directories(options.path, ec);
+  bool new_directory = std::filesystem::create_directories(options.path, ec);
   if (ec)
     return {status::code::io_error, "cannot create data directory " + options.path + ": " + ec.message()};
+  bool new_store = !std::filesystem::exists(std::filesystem::path(options.path) / "data.mdb", ec);
 
   // Two brokers on one data directory would hand out the same messages twice: refuse the second.
   std::string lock_path = options.path + "/escrow.lock";
@@ -189,7 +232,50 @@ status store::impl::open_environment() {
     mdb_txn_abort(txn);
     return from_lmdb(rc, "cannot read the schema version");
   }
-  return from_lmdb(mdb_txn_commit(txn), "cannot commit the opening transaction");
+  rc = mdb_txn_commit(txn);
+  if (rc != 0) return from_lmdb(rc, "cannot commit the opening transaction");
+  // A new data.mdb (and a new data directory) is durable only once the directory holding it is
+  // synced: LMDB syncs the file, not its entry. Before any receipt depends on it.
+  if (new_store) rc = sync_directory(options.path);
+  if (rc == 0 && new_directory) {
+    auto parent = std::filesystem::absolute(options.path, ec).parent_path();
+    rc = sync_directory(parent.string());
+  }
+  if (rc != 0) return from_lmdb(rc, "cannot sync the data directory " + options.path);
+  return {};
+}
+
+// What send_room() answers from: the pages the tables use (each table's branch, leaf and
+// overflow pages, the free list's own pages, the two meta pages), the pages of the file that
+// LMDB may reuse, and the disk's free space.
+void store::impl::measure_room() const {
+  std::uint64_t used_pages = 2;
+  MDB_envinfo info{};
+  MDB_stat st{};
+  {
+    std::shared_lock lock(map_lock);
+    MDB_txn* txn = nullptr;
+    if (mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn) != 0) return;
+    auto add = [&](MDB_dbi d) {
+      MDB_stat t{};
+      if (mdb_stat(txn, d, &t) == 0) used_pages += t.ms_branch_pages + t.ms_leaf_pages + t.ms_overflow_pages;
+    };
+    add(0);  // the free list (FREE_DBI)
+    add(1);  // the main table, which names the others (MAIN_DBI)
+    for (MDB_dbi d : dbi) add(d);
+    mdb_env_info(env, &info);
+    mdb_env_stat(env, &st);
+    mdb_txn_abort(txn);
+  }
+  std::uint64_t page = st.ms_psize ? st.ms_psize : 4096;
+  std::uint64_t file_pages = static_cast<std::uint64_t>(info.me_last_pgno) + 1;
+  live_bytes = used_pages * page;
+  reusable_bytes = file_pages > used_pages ? (file_pages - used_pages) * page : 0;
+  struct statvfs vfs{};
+  if (::statvfs(options.path.c_str(), &vfs) == 0) {
+    disk_free = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+    low_disk = disk_free.load() < options.min_free_disk + (64ull << 20);
+  }
 }
 
 int store::impl::release(MDB_txn* txn, std::string_view message_key) {
@@ -278,10 +364,11 @@ int store::impl::apply(MDB_txn* txn, const batch& b) {
 }
 
 // Applies every batch of `group` in one write transaction (left open in `txn` for the caller to
-// commit). Fast path (isolated = false): all batches straight into the transaction; the first
-// failure answers kRetryIsolated. Isolated: each batch in a nested transaction; a failing batch
+// commit or abort). Fast path (isolated = false): all batches straight into the transaction; a
+// full map answers MDB_MAP_FULL (when stop_on_full: the caller grows the map and tries again),
+// any other failure kRetryIsolated. Isolated: each batch in a nested transaction; a failing batch
 // gets its status and the others go on.
-int store::impl::apply_group(std::vector<pending_batch>& group, bool isolated, MDB_txn*& txn,
+int store::impl::apply_group(std::vector<pending_batch>& group, bool isolated, bool stop_on_full, MDB_txn*& txn,
                              std::uint64_t& applied) {
   applied = 0;
   int rc = mdb_txn_begin(env, nullptr, 0, &txn);
@@ -289,7 +376,9 @@ int store::impl::apply_group(std::vector<pending_batch>& group, bool isolated, M
   for (auto& p : group) {
     if (p.work.empty()) continue;
     if (!isolated) {
-      if (apply(txn, p.work) != 0) return kRetryIsolated;
+      int brc = apply(txn, p.work);
+      if (brc == MDB_MAP_FULL && stop_on_full) return MDB_MAP_FULL;
+      if (brc != 0) return kRetryIsolated;
       ++applied;
       continue;
     }
@@ -301,6 +390,7 @@ int store::impl::apply_group(std::vector<pending_batch>& group, bool isolated, M
     } else if (child) {
       mdb_txn_abort(child);
     }
+    if (brc == MDB_MAP_FULL && stop_on_full) return MDB_MAP_FULL;
     if (brc == 0) {
       ++applied;
     } else {
@@ -310,17 +400,123 @@ int store::impl::apply_group(std::vector<pending_batch>& group, bool isolated, M
   return 0;
 }
 
-// Makes the group committed last durable with an explicit sync, then reports it.
-void store::impl::sync_and_complete(std::vector<pending_batch>& unsynced) {
-  if (unsynced.empty()) return;
+// mdb_txn_commit, through the fault-injection seam in test builds (fault_injection.h).
+int store::impl::commit(MDB_txn* txn) {
+#ifdef ESCROW_FAULT_INJECTION
+  switch (faults.next(fault_plan::point::commit)) {
+    case fault_plan::fault::map_full: mdb_txn_abort(txn); return kInjectedFull;
+    case fault_plan::fault::enospc: mdb_txn_abort(txn); return ENOSPC;
+    case fault_plan::fault::eio: {
+      int rc = mdb_txn_commit(txn);  // the pages are written; the sync "fails": unknown on disk
+      return rc != 0 ? rc : EIO;
+    }
+    case fault_plan::fault::kill: raise(SIGKILL); break;
+    case fault_plan::fault::none: break;
+  }
+#endif
+  auto started = std::chrono::steady_clock::now();
+  int rc = mdb_txn_commit(txn);  // syncs this group's data pages (and the previous meta page)
+  observe_fsync(std::chrono::steady_clock::now() - started);
+  return rc;
+}
+
+// mdb_env_sync, through the fault-injection seam in test builds.
+int store::impl::sync() {
+#ifdef ESCROW_FAULT_INJECTION
+  switch (faults.next(fault_plan::point::sync)) {
+    case fault_plan::fault::map_full:
+    case fault_plan::fault::enospc: return ENOSPC;
+    case fault_plan::fault::eio: mdb_env_sync(env, 1); return EIO;
+    case fault_plan::fault::kill: raise(SIGKILL); break;
+    case fault_plan::fault::none: break;
+  }
+#endif
   auto started = std::chrono::steady_clock::now();
   int rc = mdb_env_sync(env, 1);
   observe_fsync(std::chrono::steady_clock::now() - started);
+  return rc;
+}
+
+// Doubles the map (at most 8 GiB more at once). Called by the committer with no transaction open;
+// readers wait on map_lock meanwhile. False when the address space cannot be had.
+bool store::impl::grow_map() {
+  std::unique_lock lock(map_lock);
+  MDB_envinfo info{};
+  if (mdb_env_info(env, &info) != 0) return false;
+  std::uint64_t current = info.me_mapsize;
+  std::uint64_t next = current + std::min<std::uint64_t>(current, 8ull << 30);
+  if (options.map_size_limit != 0) next = std::min(next, options.map_size_limit);
+  if (next <= current) return false;
+  int rc = mdb_env_set_mapsize(env, next);
   if (rc != 0) {
-    failed = true;
-    status s = from_lmdb(rc, "storage sync failed; the store refuses writes until escrowd restarts");
-    for (auto& p : unsynced)
-      if (!p.work.empty() && p.result.ok()) p.result = status(status::code::failed, s.message());
+    if (!refusing) spdlog::error("storage: the map of {} is full at {} MiB and cannot grow to {} MiB: {}", options.path,
+                  current >> 20, next >> 20, mdb_strerror(rc));
+    return false;
+  }
+  map_grows.fetch_add(1, std::memory_order_relaxed);
+  map_base = nullptr;
+  find_map();
+  spdlog::info("storage: the map of {} grew from {} MiB to {} MiB", options.path, current >> 20, next >> 20);
+  return true;
+}
+
+// Applies and commits `group`: growing a full map and trying again, and applying batch by batch
+// when one of them fails. 0 when committed (each batch's result says whether it was applied);
+// otherwise the code that refused the whole group (a full map that cannot grow, a full disk, an
+// I/O error), with nothing of it applied.
+int store::impl::write_group(std::vector<pending_batch>& group, std::uint64_t& applied) {
+  bool isolated = false, stop_on_full = true;
+  for (;;) {
+    for (auto& p : group) p.result = {};
+    MDB_txn* txn = nullptr;
+    int rc = apply_group(group, isolated, stop_on_full, txn, applied);
+    if (rc == 0) {
+      rc = commit(txn);
+    } else if (txn) {
+      mdb_txn_abort(txn);
+    }
+    if (rc == 0) return 0;
+    if (rc == MDB_MAP_FULL && stop_on_full) {
+      if (grow_map()) continue;
+      stop_on_full = false;  // cannot grow: refuse what does not fit, batch by batch
+      isolated = true;
+      continue;
+    }
+    if (rc == kRetryIsolated && !isolated) {
+      // A batch failed (a malformed one, or one too big for the map): redo the group with each
+      // batch in a nested transaction, so that the failing one leaves no trace and does not spoil
+      // the others. Nested transactions copy every page a batch touches: the slow path only.
+      isolated = true;
+      continue;
+    }
+    return rc == kInjectedFull ? MDB_MAP_FULL : rc;
+  }
+}
+
+// After a failed sync what is on disk is unknown, and a retried fsync may report success for pages
+// the kernel already dropped ("fsyncgate"): every group waiting for its sync, this one and every
+// later write fail, and the store stays failed until escrowd restarts and reads what is on disk.
+void store::impl::fail_for_good(const status& why, std::vector<pending_batch>& unsynced,
+                                std::vector<pending_batch>& group) {
+  failed = true;
+  status s(status::code::failed, why.message() + "; the store refuses every write until escrowd restarts");
+  spdlog::critical("storage: {} ({} batches waiting for a sync are reported as not stored; docs/storage.md, "
+                   "\"When a write fails\")",
+                   s.message(), unsynced.size() + group.size());
+  for (auto* v : {&unsynced, &group})
+    for (auto& p : *v)
+      if (!p.work.empty()) p.result = s;
+  complete(unsynced);
+  complete(group);
+}
+
+// Makes the group committed last durable with an explicit sync, then reports it.
+void store::impl::sync_and_complete(std::vector<pending_batch>& unsynced) {
+  if (unsynced.empty()) return;
+  int rc = sync();
+  if (rc != 0) {
+    std::vector<pending_batch> none;
+    return fail_for_good(from_lmdb(rc, "storage sync failed"), unsynced, none);
   }
   complete(unsynced);
 }
@@ -338,7 +534,9 @@ void store::impl::complete(std::vector<pending_batch>& done) {
 // the file: the next commit's data sync, or mdb_env_sync when no more work is waiting. A group's
 // completions are reported only after that sync, so "completed" still means durable through a
 // power loss (DESIGN.md allows MDB_NOMETASYNC on exactly that condition), while under load each
-// commit costs one sync instead of two.
+// commit costs one sync instead of two. When the disk is nearly full the previous group is synced
+// before the next commit, so that a full disk refuses only the new group (a full disk met while
+// a group waits for its sync might have come from that sync, and would fail both for good).
 void store::impl::run_committer() {
   std::vector<pending_batch> group;
   std::vector<pending_batch> unsynced;  // committed last; its meta page not yet synced
@@ -358,51 +556,43 @@ void store::impl::run_committer() {
     if (failed) {
       for (auto& p : group)
         if (!p.work.empty())
-          p.result = {status::code::failed,
-                      "the store stopped taking writes after a failed commit; restart escrowd"};
+          p.result = {status::code::failed, "the store stopped taking writes after a failed sync; restart escrowd"};
     } else if (any_writes) {
-      MDB_txn* txn = nullptr;
+      if (low_disk.load(std::memory_order_relaxed)) sync_and_complete(unsynced);
       std::uint64_t applied = 0;
-      int rc = apply_group(group, false, txn, applied);
-      if (rc == kRetryIsolated) {
-        // A batch failed (typically a full map): redo the group with each batch in a nested
-        // transaction, so that the failing one leaves no trace and does not spoil the others.
-        // Nested transactions copy every page a batch touches, so this is the slow path only.
-        mdb_txn_abort(txn);
-        txn = nullptr;
-        for (auto& p : group) p.result = {};
-        rc = apply_group(group, true, txn, applied);
-      }
-      if (rc == 0) {
-        // Syncs this group's data pages (and with them the previous group's meta page).
-        auto started = std::chrono::steady_clock::now();
-        rc = mdb_txn_commit(txn);
-        observe_fsync(std::chrono::steady_clock::now() - started);
-        if (rc == 0) {
-          commits.fetch_add(1, std::memory_order_relaxed);
-          batches.fetch_add(applied, std::memory_order_relaxed);
-          observe_group(applied);
-          complete(unsynced);  // durable now
-          unsynced.swap(group);
-          trim_resident_pages();
-          continue;
+      int rc = failed ? 0 : write_group(group, applied);
+      if (failed) {  // that sync failed: the group is refused with the rest
+        for (auto& p : group)
+          if (!p.work.empty()) p.result = {status::code::failed, "the store stopped taking writes after a failed sync"};
+      } else if (rc == 0) {
+        commits.fetch_add(1, std::memory_order_relaxed);
+        batches.fetch_add(applied, std::memory_order_relaxed);
+        observe_group(applied);
+        if (refusing && applied > 0) {
+          refusing = false;
+          spdlog::warn("storage: writes are stored again");
         }
+        complete(unsynced);  // durable now
+        unsynced.swap(group);
+        trim_resident_pages();
+        continue;
+      } else {
+      // A full map is found before any page is written (LMDB allocates every page, the free
+      // list's too, before it writes one); a full disk may come from the sync that the waiting
+      // group depended on, so it is refusable only when no group waits.
+      bool refusable = rc == MDB_MAP_FULL || ((rc == ENOSPC || rc == EDQUOT) && unsynced.empty());
+      if (!refusable) {
+        fail_for_good(from_lmdb(rc, "storage commit failed"), unsynced, group);
+        continue;
       }
-      if (rc == MDB_MAP_FULL) {
-        // The commit found no room for the group's own bookkeeping (table roots, free list)
-        // before it wrote a page the meta page refers to: nothing of the group is on disk and the
-        // environment is intact, so each batch is refused as store_full and writes go on.
-        status s = from_lmdb(rc, "batch not stored");
-        for (auto& p : group)
-          if (!p.work.empty()) p.result = s;
-      } else if (rc != 0) {
-        // After a failed sync what is on disk is unknown: fail every batch of the group and
-        // every later one (sticky), so nobody is told "durable" on a guess.
-        failed = true;
-        status s = from_lmdb(rc, "storage commit failed; the store refuses writes until escrowd restarts");
-        s = status(status::code::failed, s.message());
-        for (auto& p : group)
-          if (!p.work.empty()) p.result = s;
+      // A full map, or a full disk met before anything was written (nothing waits for a sync):
+      // nothing of the group is on disk and the environment is intact, so each batch is refused
+      // as store_full and writes go on.
+      status s = from_lmdb(rc, "batch not stored");
+      if (!refusing) spdlog::error("storage: {}; refusing writes until there is room", s.message());
+      refusing = true;
+      for (auto& p : group)
+        if (!p.work.empty()) p.result = s;
       }
     }
     // No commit of this group (none needed, or refused): the previous group still needs its
@@ -456,6 +646,13 @@ store::store(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 status store::open(const store_options& options, std::unique_ptr<store>& out) {
   auto p = std::make_unique<impl>();
   p->options = options;
+  p->faults = options.faults;
+  if (!options.faults.empty()) {
+    if (!fault_injection_compiled())
+      return {status::code::failed, "fault injection was asked for, but this build has no fault-injection seam "
+                                    "(configure with -Dfault_injection=true)"};
+    spdlog::warn("storage: fault injection is on (a test build)");
+  }
   if (p->options.max_group_batches == 0) p->options.max_group_batches = 1;
   if (status s = p->open_environment(); !s.ok()) return s;
   impl* raw = p.get();
@@ -480,7 +677,12 @@ status store::copy_to(const std::string& dir, bool compact) const {
     if (impl_->stopping) return status(status::code::failed, "the store is closing");
     ++impl_->copies;
   }
-  int rc = mdb_env_copy2(impl_->env, dir.c_str(), compact ? MDB_CP_COMPACT : 0);
+  int rc;
+  {
+    std::shared_lock lock(impl_->map_lock);
+    rc = mdb_env_copy2(impl_->env, dir.c_str(), compact ? MDB_CP_COMPACT : 0);
+  }
+  if (rc == 0) rc = sync_directory(dir);  // the copy's data.mdb is durable only with its entry
   {
     std::lock_guard lock(impl_->mutex);
     --impl_->copies;
@@ -525,6 +727,7 @@ struct read_txn {
 }  // namespace
 
 status store::get(table t, std::string_view key, std::string& value) const {
+  std::shared_lock lock(impl_->map_lock);
   read_txn r(impl_->env);
   if (r.rc != 0) return from_lmdb(r.rc, "cannot begin a read");
   MDB_val k = as_val(key), v;
@@ -558,18 +761,26 @@ status scan_in(MDB_txn* txn, MDB_dbi dbi, table t, std::string_view from, std::s
 }  // namespace
 
 status store::scan(table t, std::string_view from, std::string_view prefix, const visitor& visit) const {
+  std::shared_lock lock(impl_->map_lock);
   read_txn r(impl_->env);
   if (r.rc != 0) return from_lmdb(r.rc, "cannot begin a read");
   return scan_in(r.txn, impl_->dbi[static_cast<int>(t)], t, from, prefix, visit);
 }
 
-store::read_snapshot::~read_snapshot() { mdb_txn_abort(static_cast<MDB_txn*>(txn_)); }
+store::read_snapshot::~read_snapshot() {
+  mdb_txn_abort(static_cast<MDB_txn*>(txn_));
+  static_cast<std::shared_mutex*>(lock_)->unlock_shared();
+}
 
 status store::snapshot(std::unique_ptr<read_snapshot>& out) const {
+  impl_->map_lock.lock_shared();  // held until the snapshot goes: the map cannot move under it
   MDB_txn* txn = nullptr;
   int rc = mdb_txn_begin(impl_->env, nullptr, MDB_RDONLY, &txn);
-  if (rc != 0) return from_lmdb(rc, "cannot begin a read");
-  out.reset(new read_snapshot(txn));
+  if (rc != 0) {
+    impl_->map_lock.unlock_shared();
+    return from_lmdb(rc, "cannot begin a read");
+  }
+  out.reset(new read_snapshot(txn, &impl_->map_lock));
   return {};
 }
 
@@ -579,6 +790,7 @@ status store::scan(const read_snapshot& at, table t, std::string_view from, std:
 }
 
 status store::last_key(table t, std::string& key) const {
+  std::shared_lock lock(impl_->map_lock);
   read_txn r(impl_->env);
   if (r.rc != 0) return from_lmdb(r.rc, "cannot begin a read");
   MDB_cursor* cursor = nullptr;
@@ -626,8 +838,13 @@ commit_stats store::stats() const {
   s.fsync_seconds_sum = static_cast<double>(m.fsync_nanoseconds.load(std::memory_order_relaxed)) / 1e9;
   // mdb_env_info and mdb_env_stat read the current meta page without a transaction: a value a
   // commit later may be stale, which is all a gauge needs.
+  s.map_grows = m.map_grows.load(std::memory_order_relaxed);
+  s.live_bytes = m.live_bytes.load(std::memory_order_relaxed);
+  s.disk_free_bytes = m.disk_free.load(std::memory_order_relaxed);
+  s.refusing_sends = !send_room().ok();
   MDB_envinfo info{};
   MDB_stat st{};
+  std::shared_lock lock(m.map_lock);
   if (mdb_env_info(m.env, &info) == 0 && mdb_env_stat(m.env, &st) == 0) {
     s.map_size_bytes = info.me_mapsize;
     s.map_used_bytes = (static_cast<std::uint64_t>(info.me_last_pgno) + 1) * st.ms_psize;
@@ -636,6 +853,37 @@ commit_stats store::stats() const {
   auto size = std::filesystem::file_size(std::filesystem::path(m.options.path) / "data.mdb", ec);
   if (!ec) s.file_bytes = size;
   return s;
+}
+
+status store::send_room(bool measure_now) const {
+  const impl& m = *impl_;
+  std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (measure_now || now - m.room_checked_ns.load(std::memory_order_relaxed) >= impl::kRoomCheckNs) {
+    std::unique_lock lock(m.room_mutex, std::defer_lock);
+    if (measure_now) {
+      lock.lock();
+    } else {
+      (void)lock.try_lock();
+    }
+    if (lock.owns_lock()) {
+      m.measure_room();
+      m.room_checked_ns = now;
+    }
+  }
+  auto mib = [](std::uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; };
+  std::uint64_t live = m.live_bytes.load(std::memory_order_relaxed);
+  if (m.options.max_size != 0 && live >= m.options.max_size)
+    return {status::code::store_full, "store full: the store holds " + mib(live) + ", at its cap storage.max-size (" +
+                                          mib(m.options.max_size) +
+                                          "); consume messages or raise storage.max-size. Sends resume by themselves"};
+  std::uint64_t room = m.disk_free.load(std::memory_order_relaxed) + m.reusable_bytes.load(std::memory_order_relaxed);
+  if (m.options.min_free_disk != 0 && room < m.options.min_free_disk)
+    return {status::code::store_full, "store full: the disk holding " + m.options.path + " has " + mib(room) +
+                                          " free for the store, below storage.min-free-disk (" +
+                                          mib(m.options.min_free_disk) +
+                                          "); free disk space or consume messages. Sends resume by themselves"};
+  return {};
 }
 
 bool store::writable() const { return !impl_->failed.load(std::memory_order_relaxed); }

@@ -29,10 +29,12 @@ namespace {
 
 using escrow::testing::temp_dir;
 
-std::unique_ptr<store> open_store(const std::string& path, std::uint64_t map_size = 64ull << 20) {
+// A map of `map_size`; with `fixed` it never grows, so that it can fill up.
+std::unique_ptr<store> open_store(const std::string& path, std::uint64_t map_size = 64ull << 20, bool fixed = false) {
   store_options options;
   options.path = path;
   options.map_size = map_size;
+  if (fixed) options.map_size_limit = map_size;
   std::unique_ptr<store> s;
   status st = store::open(options, s);
   INFO(st.message());
@@ -446,7 +448,7 @@ TEST_SUITE("storage/store") {
   TEST_CASE("two batches queued at once share a commit, each applied or refused on its own") {
     temp_dir dir;
     const std::uint64_t map_size = 1ull << 20;
-    auto s = open_store(dir.path(), map_size);
+    auto s = open_store(dir.path(), map_size, true);
     for (int round = 0; round < 50; ++round) {  // never split, however the committer wakes
       const commit_stats before = s->stats();
       batch first, second;
@@ -553,7 +555,7 @@ TEST_SUITE("storage/store") {
   TEST_CASE("a full map rejects the batch and keeps serving") {
     temp_dir dir;
     const std::uint64_t map_size = 1ull << 20;
-    auto s = open_store(dir.path(), map_size);
+    auto s = open_store(dir.path(), map_size, true);
     put_and_wait(*s, table::queues, "before", "intact");
 
     std::promise<void> all_done;
@@ -589,7 +591,7 @@ TEST_SUITE("storage/store") {
     CHECK(has(*s, table::queues, "same-group-after"));
 
     s.reset();
-    s = open_store(dir.path(), map_size);
+    s = open_store(dir.path(), map_size, true);
     CHECK(get_value(*s, table::queues, "before") == "intact");
     CHECK(get_value(*s, table::queues, "after") == "ok");
     CHECK_FALSE(has(*s, table::queues, "partial"));
@@ -598,7 +600,7 @@ TEST_SUITE("storage/store") {
   TEST_CASE("filling the map with many batches fails cleanly at the limit") {
     temp_dir dir;
     const std::uint64_t map_size = 1ull << 20;
-    auto s = open_store(dir.path(), map_size);
+    auto s = open_store(dir.path(), map_size, true);
     int stored = 0;
     status last;
     for (int i = 0; i < 1000; ++i) {
@@ -631,7 +633,7 @@ TEST_SUITE("storage/store") {
 
   TEST_CASE("a full map under grouped puts and erases refuses batches but never stops the store") {
     temp_dir dir;
-    auto s = open_store(dir.path(), 1ull << 20);
+    auto s = open_store(dir.path(), 1ull << 20, true);
     std::mt19937 rng(7);
     std::map<std::string, std::string> model;  // what the store must hold: every ok batch, in order
     int ok = 0, full = 0, other = 0;
@@ -688,7 +690,7 @@ TEST_SUITE("storage/store") {
         ++refused_acks;
         map_size *= 2;
         s.reset();
-        s = open_store(dir.path(), map_size);
+        s = open_store(dir.path(), map_size, true);
         st = submit_and_wait(*s, b);
       }
       INFO(st.message());

@@ -99,6 +99,19 @@ std::string printable_key(std::string_view key);
 // what to do: stop escrowd and restore the data directory from a backup.
 status corrupt_record(table t, std::string_view key, std::string_view problem);
 
+class store;
+
+// The id counters in `meta`. A batch that stores an id carries the counter past it, so that a
+// restart never hands the id out again. Absent counters read as 1.
+struct next_ids {
+  std::uint64_t message = 1;
+  std::uint32_t queue = 1;
+};
+void put_next_message_id(batch& b, std::uint64_t next);
+void put_next_queue_id(batch& b, std::uint32_t next);
+// Reads both counters; a corrupt status when one has the wrong size.
+status read_next_ids(const store& s, next_ids& out);
+
 // Batch helpers for the changes every path makes the same way.
 // Stores a new message for its stored entries, with delivery count 0: inline in the entry when
 // there is one, else once in `messages` (with a message_refs record) and referenced by each; and,

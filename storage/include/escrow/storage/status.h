@@ -1,5 +1,5 @@
 // The result of a storage call: a code and, when not ok, a message that says what went wrong and
-// what to do. LMDB's integer codes are translated once, in lmdb_env.cpp.
+// what to do. LMDB's integer codes are translated once, in store.cpp (from_lmdb).
 #pragma once
 
 #include <string>
@@ -15,13 +15,23 @@ class [[nodiscard]] status {
   status(code c, std::string message) : code_(c), message_(std::move(message)) {}
   static status ok_status() { return {}; }
 
-  bool ok() const { return code_ == code::ok; }
-  code which() const { return code_; }
+  bool ok() const {
+    checked_ = true;
+    return code_ == code::ok;
+  }
+  code which() const {
+    checked_ = true;
+    return code_;
+  }
   const std::string& message() const { return message_; }
+  // Whether anyone asked ok() or which(): the broker checks that every store completion looked at
+  // its status (a completion that ignores it fails the test builds; see broker.cpp).
+  bool checked() const { return checked_; }
 
  private:
   code code_ = code::ok;
   std::string message_;
+  mutable bool checked_ = false;
 };
 
 }  // namespace escrow::storage

@@ -6,8 +6,14 @@
 // thread, in submission order, and only after the transaction holding the batch is durable: its
 // data pages synced by its commit, then its meta page synced by the next commit or by an explicit
 // sync when nothing else waits (see run_committer in store.cpp). A completion must not block; post
-// the result to where it belongs. After a failed commit the store is failed for good (sticky, as
-// LevelDB does): every later submit completes with status::failed until the process restarts.
+// the result to where it belongs.
+//
+// When a write is refused (docs/storage.md, "When a write fails"): a full map grows by itself; a
+// batch that still does not fit, or a full disk found before anything was written, completes with
+// store_full and later writes go on. A failed sync (or a full disk while an earlier group still
+// waits for its sync) leaves what is on disk unknown: that group and every group waiting for a
+// sync complete with `failed`, and so does every later write until the process restarts (sticky,
+// as PostgreSQL and LevelDB do after a failed fsync).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +24,7 @@
 #include <vector>
 
 #include "escrow/storage/batch.h"
+#include "escrow/storage/fault_injection.h"
 #include "escrow/storage/status.h"
 
 namespace escrow::storage {
@@ -26,8 +33,14 @@ inline constexpr std::uint32_t kSchemaVersion = 2;
 
 struct store_options {
   std::string path;                                  // a directory; created if missing
-  std::uint64_t map_size = 8ull * 1024 * 1024 * 1024;  // address space reserved, not disk used
+  std::uint64_t map_size = 8ull * 1024 * 1024 * 1024;  // initial address space reserved; grows
+  std::uint64_t map_size_limit = 0;  // the map grows up to this (0: as far as address space allows)
   std::size_t max_group_batches = 1024;                // at most this many batches per commit
+  // send_room() refuses new messages once the store's live pages reach max_size bytes (0: no
+  // cap), or once the disk's free space plus the file's reusable pages is below min_free_disk.
+  std::uint64_t max_size = 0;
+  std::uint64_t min_free_disk = 256ull * 1024 * 1024;
+  fault_plan faults;  // test builds only (fault_injection.h); ignored elsewhere
 };
 
 // What the committer has done so far, and how full the store is; for tests and metrics
@@ -36,6 +49,7 @@ struct store_options {
 struct commit_stats {
   std::uint64_t commits = 0;  // LMDB write transactions committed
   std::uint64_t batches = 0;  // batches completed successfully
+  std::uint64_t map_grows = 0;  // times the map was grown because it was full
   bool writable = true;       // false once a commit or sync failed (sticky until restart)
   // Histograms: counts[i] is the number of observations in bucket i alone (at most bounds[i],
   // above bounds[i-1]); the last count is above every bound.
@@ -49,6 +63,11 @@ struct commit_stats {
   std::uint64_t map_size_bytes = 0;  // the map LMDB reserved
   std::uint64_t map_used_bytes = 0;  // (last page number + 1) * page size
   std::uint64_t file_bytes = 0;      // data.mdb's size on disk
+  // As of the last send_room() check: pages the tables use, the disk's free space, and whether
+  // new messages are refused (max-size or min-free-disk).
+  std::uint64_t live_bytes = 0;
+  std::uint64_t disk_free_bytes = 0;
+  bool refusing_sends = false;
 };
 
 class store {
@@ -84,7 +103,7 @@ class store {
 
   // A read view of the store as it is at this call, to scan later from one other thread (the
   // broker counts its queues in the background at start). Release it soon: LMDB keeps every page
-  // it sees until then.
+  // it sees until then, and the map cannot grow meanwhile (a write that needs it waits).
   class read_snapshot {
    public:
     ~read_snapshot();
@@ -93,8 +112,9 @@ class store {
 
    private:
     friend class store;
-    explicit read_snapshot(void* txn) : txn_(txn) {}
-    void* txn_;  // MDB_txn*
+    read_snapshot(void* txn, void* lock) : txn_(txn), lock_(lock) {}
+    void* txn_;   // MDB_txn*
+    void* lock_;  // the map lock, held shared until the snapshot goes (store.cpp)
   };
   status snapshot(std::unique_ptr<read_snapshot>& out) const;
   // scan() over a snapshot instead of the store as it is now.
@@ -108,6 +128,13 @@ class store {
   // mdb_env_copy2, compacted when `compact` (free pages left out). Blocking: call it from a thread
   // of its own; the store waits for a copy under way before it closes.
   status copy_to(const std::string& dir, bool compact) const;
+
+  // Whether there is room for new messages: ok, or store_full saying which limit (storage.max-size
+  // or storage.min-free-disk) is reached and what to do. Sends are refused by it; acknowledgements,
+  // commits and rollbacks are not, since they free room or finish what was accepted. Measured at
+  // most every 10 ms (any thread), or now with `measure_now`; room that returns is seen by the next
+  // measurement.
+  status send_room(bool measure_now = false) const;
 
   commit_stats stats() const;
   // Bytes of batches submitted and not yet completed (what waits for the disk). Any thread.
