@@ -300,7 +300,8 @@ void broker::impl::admin_subscription_delete(const frame& f, admin_done done) {
   storage::batch b;
   drop_durable_queue(q, b);
   spdlog::warn("operator deleted durable subscription {} ({} messages)", q->name(), depth);
-  submit(std::move(b), [done = std::move(done), name = q->name(), depth](const storage::status& s) {
+  submit(std::move(b), [this, q, done = std::move(done), name = q->name(), depth](const storage::status& s) {
+    finish_drop(q, s.ok());
     if (!s.ok()) return done({"refused", "deleting " + name + " was not stored: " + s.message(), {}});
     json_writer j;
     j.begin_object().field("deleted", name).field("messages", depth > 0 ? depth : 0).end_object();

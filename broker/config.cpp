@@ -242,7 +242,10 @@ std::string apply_config(const toml::table& root, const std::string& path, broke
   std::map<std::string, std::map<std::string, setter>> sections{
       {"storage",
        {{"map-size", unsigned_field(config.map_size, 1024 * 1024)},
-        {"max-group-batches", unsigned_field(config.max_group_batches, 1)}}},
+        {"max-group-batches", unsigned_field(config.max_group_batches, 1)},
+        {"max-size", unsigned_field(config.max_size)},
+        {"max-map-size", unsigned_field(config.max_map_size)},
+        {"min-free-disk", unsigned_field(config.min_free_disk)}}},
       {"limits",
        {{"max-frame-size", unsigned_field(config.frames.max_frame_size, 64)},
         {"max-headers", unsigned_field(config.frames.max_headers, 1)},

@@ -51,8 +51,11 @@ struct broker_config {
   unsigned io_threads = 0;  // 0: one per core but one (the committer thread has the last), at least 1
 
   // storage
-  std::uint64_t map_size = 8ull * 1024 * 1024 * 1024;
+  std::uint64_t map_size = 8ull * 1024 * 1024 * 1024;  // the initial map; it grows when full
   std::size_t max_group_batches = 1024;
+  std::uint64_t max_map_size = 0;                      // the map never grows beyond it; 0: no limit
+  std::uint64_t max_size = 0;                          // live store bytes that refuse sends; 0: none
+  std::uint64_t min_free_disk = 256ull * 1024 * 1024;  // free disk below which sends are refused
 
   // limits
   frame_limits frames;

@@ -171,6 +171,8 @@ struct broker::impl {
   // The store's completion for `done`: collected and run on the core in one turn (run_completions).
   std::function<void(storage::status)> completion_for(std::function<void(const storage::status&)> done);
   static constexpr int kDeferredAckMs = 5;
+  // A delivery stopped because its raised count was refused is offered again after this long.
+  static constexpr std::uint64_t kRefusedCountRetryMs = 1000;
   storage::batch deferred_acks;
   std::vector<std::function<void(const storage::status&)>> deferred_ack_done;
   void run_completions();
@@ -254,8 +256,17 @@ struct broker::impl {
   queue_ptr find_by_id(std::uint32_t id) const;
   void add_queue(const queue_ptr& q);
   queue_ptr find_or_create_queue(const std::string& name, storage::batch& b);
-  void persist_queue_record(queue& q, storage::batch& b);
+  void persist_queue_record(const queue_ptr& q, storage::batch& b);
+  // Queues whose record went into a batch not yet submitted or completed; submit() takes from it
+  // the ones whose record the batch carries, and marks them durable once that batch is stored.
+  std::vector<queue_ptr> records_carried;
+  std::function<void(const storage::status&)> confirm_records(const storage::batch& b,
+                                                              std::function<void(const storage::status&)> done);
+  // Ending a durable subscription: it leaves its topic now (new messages are not copied to it), its
+  // record and entries go in `b`; once `b` is stored the queue is forgotten, and if the store
+  // refuses it joins its topic again as it was (finish_drop).
   void drop_durable_queue(const queue_ptr& q, storage::batch& b);
+  void finish_drop(const queue_ptr& q, bool stored);
 
   // Delivery.
   void dispatch(const queue_ptr& q);

@@ -156,22 +156,41 @@ void broker::impl::dispatch(const queue_ptr& q) {
     chosen->unacked.emplace(tag, delivery{q, std::move(e)});
   }
   if (!auto_acks.empty()) {
-    submit(std::move(auto_acks), [q, keys = std::move(auto_acked)](const storage::status&) {
+    submit(std::move(auto_acks), [q, keys = std::move(auto_acked)](const storage::status& s) {
+      if (!s.ok()) {
+        // Delivered (auto: acknowledged when written) but still stored: they stay held, out of
+        // delivery, and come back once, redelivered, after a restart (docs/storage.md).
+        spdlog::warn("{} auto-acknowledged messages of {} not removed from the store: {}", keys.size(), q->name(),
+                     s.message());
+        return;
+      }
       for (auto& k : keys) q->release_hold(k);
     });
   }
   if (!counts.empty()) {
-    submit(std::move(counts), [this, deliveries = std::move(after_counts)](const storage::status&) {
+    submit(std::move(counts), [this, deliveries = std::move(after_counts)](const storage::status& s) {
       // Each delivery still unacknowledged is written now (one acknowledged or returned meanwhile,
-      // or whose consumer left, is not).
+      // or whose consumer left, is not). If the raised counts were refused, the deliveries stop:
+      // the messages go back to their queue with their old counts, offered again after a second.
       for (auto [connection_id, tag] : deliveries) {
         auto c = connections.find(connection_id);
         if (c == connections.end()) continue;
         auto owner = c->second->tag_owner.find(tag);
         if (owner == c->second->tag_owner.end()) continue;
-        auto d = owner->second->unacked.find(tag);
-        if (d != owner->second->unacked.end()) write_message(*c->second, *owner->second, tag, d->second.entry);
+        subscription& sub = *owner->second;
+        auto d = sub.unacked.find(tag);
+        if (d == sub.unacked.end()) continue;
+        if (s.ok()) {
+          write_message(*c->second, sub, tag, d->second.entry);
+          continue;
+        }
+        delivery back = std::move(d->second);
+        sub.unacked.erase(d);
+        c->second->tag_owner.erase(owner);
+        --back.source->counters.delivered;
+        delay_redelivery(back.source, std::move(back.entry), kRefusedCountRetryMs);
       }
+      if (!s.ok()) spdlog::warn("deliveries stopped: their raised delivery counts were not stored: {}", s.message());
     });
   }
   submit_moves(std::move(moves), std::move(plans));
@@ -216,7 +235,7 @@ void broker::impl::handle_ack(const connection_ptr& c, const frame& f, bool posi
   auto first = sub->mode == ack_mode::client ? sub->unacked.begin() : sub->unacked.find(tag);
   auto last = std::next(sub->unacked.find(tag));
   storage::batch b;
-  std::vector<std::pair<queue_ptr, storage::entry_key>> holds;
+  std::vector<delivery> removed;  // stored entries this ACK removes: put back if the store refuses
   for (auto it = first; it != last; ++it) {
     c->tag_owner.erase(it->first);
     delivery& d = it->second;
@@ -230,7 +249,7 @@ void broker::impl::handle_ack(const connection_ptr& c, const frame& f, bool posi
     } else if (d.entry.stored) {
       d.source->counters.removed(d.source->counters.acknowledged);
       storage::erase_entry(b, d.entry.key);
-      holds.emplace_back(d.source, d.entry.key);
+      removed.push_back(d);
     } else {
       d.source->counters.removed(d.source->counters.acknowledged);
       d.source->release_hold(d.entry.key);
@@ -239,12 +258,30 @@ void broker::impl::handle_ack(const connection_ptr& c, const frame& f, bool posi
   sub->unacked.erase(first, last);
   queue_ptr source = sub->source;
 
-  auto release = [holds = std::move(holds)](bool) {
-    for (auto& [q, k] : holds) q->release_hold(k);
+  // Once stored, the entries are gone for good; if refused, they are unacknowledged again: back in
+  // their queue as a delivery that ended without an acknowledgement (the connection gets an ERROR
+  // and closes), never hidden until a restart.
+  auto release = [this, removed = std::move(removed)](bool stored) mutable {
+    std::vector<queue_ptr> touched;
+    for (auto& d : removed) {
+      if (stored) {
+        d.source->release_hold(d.entry.key);
+        continue;
+      }
+      --d.source->counters.acknowledged;
+      ++d.source->counters.depth;
+      ++d.entry.delivery_count;
+      offer_again(d.source, std::move(d.entry));
+      touched.push_back(d.source);
+    }
+    for (auto& q : touched) dispatch(q);
   };
   // Removals only (an ACK outside a transaction) and no receipt asked for: nothing waits on them.
   if (positive && !branch && !b.empty() && !f.find("receipt")) {
-    defer_ack(std::move(b), [release = std::move(release)](const storage::status& s) { release(s.ok()); });
+    defer_ack(std::move(b), [this, c, release = std::move(release)](const storage::status& s) mutable {
+      release(s.ok());
+      if (!s.ok()) error(*c, "acknowledgement not stored: " + s.message());
+    });
   } else {
     receipt_after(c, f, std::move(b), "acknowledgement", std::move(release));
   }

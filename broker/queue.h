@@ -76,6 +76,7 @@ class queue {
   // A held entry's storage work is over (write done, or delete done): forget it.
   void release_hold(const storage::entry_key& key) { held_.erase(key); }
   bool is_held(const storage::entry_key& key) const { return held_.count(key) != 0; }
+  const std::set<storage::entry_key>& held() const { return held_; }
 
   // Takes one entry out of the queue, wherever it is (in memory, or only in storage: then without
   // its message), and holds it. nullopt when it is held already (in flight, in a transaction
@@ -102,9 +103,12 @@ class queue {
   std::size_t ready_in_memory() const { return ready_.size(); }
 
   // The queue's key in the queues table ("q/NAME", or "d/CLIENT-ID\0NAME" for a durable
-  // subscription), and whether its record is in (or on its way to) that table.
+  // subscription), and whether its record is durably in that table: set only when a batch carrying
+  // the record has completed successfully (or the queue was read from the store). Until then every
+  // batch that writes for the queue carries its record again (broker::impl::persist_queue_record).
   std::string storage_key;
-  bool record_stored = false;
+  bool record_durable = false;
+  bool dropping = false;  // a durable subscription whose end is being stored (finish_drop)
 
   queue_counters counters;
 

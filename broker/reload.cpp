@@ -36,6 +36,9 @@ std::vector<std::string> changes_needing_restart(const broker_config& a, const b
   check(a.io_threads == b.io_threads, "io-threads");
   check(a.map_size == b.map_size, "storage.map-size");
   check(a.max_group_batches == b.max_group_batches, "storage.max-group-batches");
+  check(a.max_size == b.max_size, "storage.max-size");
+  check(a.max_map_size == b.max_map_size, "storage.max-map-size");
+  check(a.min_free_disk == b.min_free_disk, "storage.min-free-disk");
   check(a.frames.max_frame_size == b.frames.max_frame_size, "limits.max-frame-size");
   check(a.frames.max_headers == b.frames.max_headers, "limits.max-headers");
   check(a.frames.max_header_length == b.frames.max_header_length, "limits.max-header-length");
@@ -133,7 +136,10 @@ void broker::reload(const broker_config& fresh) {
     m->settings_cache.clear();
     storage::batch created;
     m->create_undelivered_queues(created);
-    if (!created.empty()) m->submit(std::move(created), [](const storage::status&) {});
+    if (!created.empty())
+      m->submit(std::move(created), [](const storage::status& s) {
+        if (!s.ok()) spdlog::warn("SIGHUP: new undelivered queues' records not stored yet: {}", s.message());
+      });
     changed.push_back("address-settings (" + std::to_string(c.address_settings.size()) + " tables)");
     // Permissions: checked again from the next frame on; logged-in users keep their roles.
     c.security_settings = fresh.security_settings;

@@ -1,11 +1,15 @@
 // SEND: validating the frame, routing it to queues (anycast) or topic subscriptions (multicast),
 // and storing a persistent message once, with an entry per durable target, before any consumer
 // sees it and before its RECEIPT (durability point 1).
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 #include <charconv>
 
 #include "core.h"
 #include "escrow/storage/coding.h"
 #include "escrow/storage/schema.h"
+#include "escrow/storage/store.h"
 
 namespace escrow::broker {
 namespace {
@@ -34,18 +38,22 @@ bool parse_number(std::string_view text, T& out) {
 
 }  // namespace
 
-void broker::impl::persist_queue_record(queue& q, storage::batch& b) {
-  if (q.record_stored || !q.durable()) return;
+// Until a batch carrying the queue's record has completed, every batch that writes for the queue
+// carries it again (a put of the same value): a refused batch must not leave the queue's entries
+// stored without the record that says whose they are (DESIGN.md invariant 8). submit() marks the
+// record durable when a batch carrying it completes (confirm_records).
+void broker::impl::persist_queue_record(const queue_ptr& qp, storage::batch& b) {
+  queue& q = *qp;
+  if (q.record_durable || !q.durable()) return;
   storage::queue_record r;
   r.id = q.id();
   r.type = q.type() == queue::kind::durable_subscription ? storage::queue_record::kind::durable_subscription
                                                           : storage::queue_record::kind::queue;
   r.topic = q.topic();
   b.put(storage::table::queues, q.storage_key, r.encode());
-  std::string next;
-  storage::put_u32(next, next_queue_id);
-  b.put(storage::table::meta, storage::kNextQueueIdKey, next);
-  q.record_stored = true;
+  storage::put_next_queue_id(b, next_queue_id);
+  if (std::find(records_carried.begin(), records_carried.end(), qp) == records_carried.end())
+    records_carried.push_back(qp);
 }
 
 queue_ptr broker::impl::find_by_id(std::uint32_t id) const {
@@ -61,11 +69,14 @@ void broker::impl::add_queue(const queue_ptr& q) {
 queue_ptr broker::impl::find_or_create_queue(const std::string& name, storage::batch& b) {
   std::string key = "q/" + name;
   auto it = queues.find(key);
-  if (it != queues.end()) return it->second;
+  if (it != queues.end()) {
+    persist_queue_record(it->second, b);  // a no-op once its record is durable
+    return it->second;
+  }
   auto q = std::make_shared<queue>(next_queue_id++, name, queue::kind::queue, "", &store, config.queue_memory_window);
   q->storage_key = key;
   add_queue(q);
-  persist_queue_record(*q, b);
+  persist_queue_record(q, b);
   return q;
 }
 
@@ -77,6 +88,7 @@ bool broker::impl::resolve_destination(std::string_view dest, storage::batch& re
   if (dest.substr(0, kTopicPrefix.size()) == kTopicPrefix && dest.size() > kTopicPrefix.size()) {
     auto t = topics.find(std::string(dest.substr(kTopicPrefix.size())));
     if (t != topics.end()) out = t->second.subscriptions;
+    for (const auto& q : out) persist_queue_record(q, records);
     return true;
   }
   return false;
@@ -148,6 +160,12 @@ void broker::impl::publish(std::vector<std::pair<queue_ptr, queue_entry>>& entri
 void broker::impl::handle_send(const connection_ptr& c, frame& f) {
   rm::branch_ptr branch;
   if (!branch_for(c, f, branch)) return;
+  // storage.max-size and storage.min-free-disk refuse new persistent messages before the disk is
+  // full; acknowledgements and commits go on, and sends resume by themselves once there is room.
+  if (f.get("persistent", "true") != "false") {
+    if (storage::status room = store.send_room(); !room.ok())
+      return error(*c, "message not stored: " + room.message(), &f);
+  }
   storage::batch b;
   routed_message routed;
   if (!route(c, f, routed, b)) return;
@@ -172,14 +190,16 @@ void broker::impl::handle_send(const connection_ptr& c, frame& f) {
     stored.push_back(e.key);
   }
   if (stored.empty()) {
-    if (!b.empty()) submit(std::move(b), [](const storage::status&) {});
+    // Only new queues' records: nothing waits for them (the next write carries them again if refused).
+    if (!b.empty())
+      submit(std::move(b), [](const storage::status& s) {
+        if (!s.ok()) spdlog::warn("a new queue's record was not stored: {}", s.message());
+      });
     publish(routed.entries);
     return receipt(*c, f);
   }
   storage::put_message(b, routed.msg->id, routed.msg->record, stored);
-  std::string next;
-  storage::put_u64(next, next_message_id);
-  b.put(storage::table::meta, storage::kNextMessageIdKey, next);
+  storage::put_next_message_id(b, next_message_id);
 
   // Nobody sees the message until it is durable: consumers get it from the completion.
   receipt_after(c, f, std::move(b), "message",

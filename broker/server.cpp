@@ -4,6 +4,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -192,6 +194,17 @@ int run_server(const broker_config& config) {
   options.path = config.data_dir;
   options.map_size = config.map_size;
   options.max_group_batches = config.max_group_batches;
+  options.max_size = config.max_size;
+  options.map_size_limit = config.max_map_size;
+  options.min_free_disk = config.min_free_disk;
+  // Test builds only: ESCROW_FAULTS makes chosen commits or syncs fail (docs/storage.md).
+  if (const char* faults = std::getenv("ESCROW_FAULTS"); faults && *faults) {
+    std::string error;
+    if (!storage::fault_plan::parse(faults, options.faults, error)) {
+      spdlog::critical("bad ESCROW_FAULTS: {}", error);
+      return 2;
+    }
+  }
   std::unique_ptr<storage::store> store;
   if (storage::status s = storage::store::open(options, store); !s.ok()) {
     spdlog::critical("cannot start: {}", s.message());

@@ -70,6 +70,7 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
   }
 
   storage::batch b;
+  queue_ptr created;  // a new durable subscription: it joins its topic once its record is stored
   std::string_view dest = *destination;
   bool named = (dest.rfind("/queue/", 0) == 0 || dest.rfind("/topic/", 0) == 0) && dest.size() > 7;
   if (named && !permitted(*c, permission::consume, dest.substr(7), &f)) return;
@@ -83,6 +84,9 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
       std::string key = durable_key(c->info.client_id, *name);
       auto it = queues.find(key);
       if (it != queues.end()) {
+        if (it->second->dropping)
+          return error(*c, "durable subscription '" + *name + "' of client '" + c->info.client_id +
+                               "' is being ended; subscribe again once its UNSUBSCRIBE is answered", &f);
         if (it->second->topic() != topic_name)
           return error(*c, "durable subscription '" + *name + "' of client '" + c->info.client_id + "' listens to /topic/" +
                                it->second->topic() + "; unsubscribe it before reusing its name",
@@ -98,9 +102,8 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
                                          config.queue_memory_window);
         q->storage_key = key;
         add_queue(q);
-        topics[topic_name].subscriptions.push_back(q);
-        persist_queue_record(*q, b);
-        sub->source = q;
+        persist_queue_record(q, b);
+        sub->source = created = q;
       }
     } else {
       auto q = std::make_shared<queue>(next_queue_id++, "subscription-" + std::to_string(c->id) + "-" + id,
@@ -116,8 +119,23 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
   queue_ptr source = sub->source;
   source->consumers().push_back(sub.get());
   c->subscriptions.emplace(id, std::move(sub));
-  receipt_after(c, f, std::move(b));
-  dispatch(source);
+  if (!created) {
+    receipt_after(c, f, std::move(b));
+    return dispatch(source);
+  }
+  // A new durable subscription takes the topic's messages from when its record is durable; if the
+  // store refuses it, it never existed (the ERROR closes the connection, which detaches its
+  // consumer): DESIGN.md invariant 8.
+  receipt_after(c, f, std::move(b), "durable subscription", [this, created](bool stored) {
+    auto it = queues.find(created->storage_key);
+    if (it == queues.end() || it->second != created) return;  // ended meanwhile
+    if (stored) {
+      topics[created->topic()].subscriptions.push_back(created);
+    } else {
+      queues.erase(it);
+      queues_by_id.erase(created->id());
+    }
+  });
 }
 
 void broker::impl::detach(subscription& s, storage::batch& b) {
@@ -139,8 +157,7 @@ void broker::impl::detach(subscription& s, storage::batch& b) {
 void broker::impl::drop_durable_queue(const queue_ptr& q, storage::batch& b) {
   auto t = topics.find(q->topic());
   if (t != topics.end()) std::erase(t->second.subscriptions, q);
-  queues.erase(q->storage_key);
-  queues_by_id.erase(q->id());
+  q->dropping = true;
   b.erase(storage::table::queues, q->storage_key);
   storage::status s = store.scan(storage::table::entries, storage::queue_prefix(q->id()), storage::queue_prefix(q->id()),
                                  [&](std::string_view k, std::string_view) {
@@ -149,6 +166,18 @@ void broker::impl::drop_durable_queue(const queue_ptr& q, storage::batch& b) {
                                    return true;
                                  });
   if (!s.ok()) spdlog::error("dropping {}: {}; some of its entries stay in storage", q->name(), s.message());
+  // Entries on their way to the store (a SEND or commit batch submitted before this one, held in
+  // the queue until it completes) are not in the scan: they go too, after that batch stores them.
+  // An entry the scan found as well is removed once (removing a missing entry does nothing).
+  for (const auto& key : q->held()) storage::erase_entry(b, key);
+}
+
+void broker::impl::finish_drop(const queue_ptr& q, bool stored) {
+  q->dropping = false;
+  if (!stored) return topics[q->topic()].subscriptions.push_back(q);
+  auto it = queues.find(q->storage_key);
+  if (it != queues.end() && it->second == q) queues.erase(it);
+  queues_by_id.erase(q->id());
 }
 
 void broker::impl::handle_unsubscribe(const connection_ptr& c, const frame& f) {
@@ -171,9 +200,10 @@ void broker::impl::handle_unsubscribe(const connection_ptr& c, const frame& f) {
   if (name && !c->info.client_id.empty()) {
     auto q = queues.find(durable_key(c->info.client_id, *name));
     if (q != queues.end() && q->second->consumers().empty()) {
-      queue_ptr doomed = q->second;  // a copy: dropping erases the map's own pointer
+      queue_ptr doomed = q->second;
       drop_durable_queue(doomed, b);
       source.reset();
+      return receipt_after(c, f, std::move(b), "unsubscribe", [this, doomed](bool stored) { finish_drop(doomed, stored); });
     }
   }
   receipt_after(c, f, std::move(b));

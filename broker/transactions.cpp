@@ -98,9 +98,15 @@ void broker::impl::carry_out(rm::resource_manager::reply r, std::function<void(i
   // A committed send stores its message under an id the broker handed out: the id counter goes
   // with it, or a restart would hand the id out again and a new entry would overwrite this one.
   if (commits && !r.work.sends.empty() && !r.write.empty()) {
-    std::string next;
-    storage::put_u64(next, next_message_id);
-    r.write.put(storage::table::meta, storage::kNextMessageIdKey, next);
+    storage::put_next_message_id(r.write, next_message_id);
+  }
+  // A prepare or commit that stores entries for a queue whose record is not durable yet (its
+  // first SEND's batch was refused) carries the record too.
+  if ((commits || r.act == rm::action::prepare) && !r.write.empty()) {
+    for (const auto& s : r.work.sends)
+      for (const auto& t : s.targets)
+        if (t.stored)
+          if (queue_ptr q = find_by_id(t.key.queue_id)) persist_queue_record(q, r.write);
   }
   // Entries a commit writes are held until its completion pushes them, so that a refill reading
   // LMDB meanwhile cannot hand them out first.
@@ -124,10 +130,18 @@ void broker::impl::carry_out(rm::resource_manager::reply r, std::function<void(i
                       rm::resource_manager::reply& reply, const storage::status& s) {
     if (latency) latency->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     for (auto& [q, k] : holds) q->release_hold(k);
-    if (!s.ok()) spdlog::error("branch {}: {}", reply.target ? reply.target->id.to_string() : "?", s.message());
-    int code = rm.finish(reply, s);
-    if (s.ok() && commits) apply_commit(reply.work);
-    if (s.ok() && rolls_back) apply_rollback(reply.work);
+    storage::status outcome = s;
+    if (!outcome.ok()) {
+      spdlog::error("branch {}: {}", reply.target ? reply.target->id.to_string() : "?", outcome.message());
+      // Rolling back a branch that was never prepared needs nothing durable (its write only raises
+      // delivery counts): it is rolled back in memory all the same, so that neither the branch nor
+      // the messages it consumed are left behind when the store refuses (a local transaction's
+      // connection is gone and nobody would retry it).
+      if (rolls_back && reply.target && !reply.had_record) outcome = storage::status{};
+    }
+    int code = rm.finish(reply, outcome);
+    if (outcome.ok() && commits) apply_commit(reply.work);
+    if (outcome.ok() && rolls_back) apply_rollback(reply.work);
     done(code);
   };
   if (r.write.empty()) {

@@ -109,9 +109,7 @@ void broker::impl::plan_copy(const queue_ptr& q, queue_entry e, move_reason reas
   }
   if (!stored.empty()) {
     storage::put_message(b, copy->id, r, stored);
-    std::string next;
-    storage::put_u64(next, next_message_id);
-    b.put(storage::table::meta, storage::kNextMessageIdKey, next);
+    storage::put_next_message_id(b, next_message_id);
   }
   plans.push_back(std::move(plan));
 }

@@ -77,7 +77,7 @@ storage::batch resource_manager::commit_batch(const branch& b, bool has_record, 
   for (const auto& s : b.work.sends) {
     std::vector<storage::entry_key> stored;
     for (const auto& t : s.targets)
-      if (t.stored) stored.push_back(t.key);
+      if (t.stored && (!queue_exists_ || queue_exists_(t.key.queue_id))) stored.push_back(t.key);
     if (!stored.empty()) storage::put_message(out, s.msg->id, s.msg->record, stored);
   }
   for (const auto& c : b.work.consumed) {
@@ -134,6 +134,7 @@ resource_manager::reply resource_manager::call(xa_verb verb, std::uint64_t conne
   r.act = d.next;
   r.target = b;
   bool has_record = b && (b->state == branch_state::prepared || is_heuristic(b->state));
+  r.had_record = has_record;
 
   switch (d.next) {
     case action::nothing: break;
@@ -267,6 +268,7 @@ resource_manager::reply resource_manager::heuristic(const xid& x, bool commit) {
   r.code = XA_OK;
   r.target = b;
   r.act = commit ? action::heuristic_commit : action::heuristic_rollback;
+  r.had_record = true;
   b->busy = true;
   r.write = commit ? commit_batch(*b, true, true) : rollback_batch(*b, true, true);
   r.work = std::move(b->work);

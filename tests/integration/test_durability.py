@@ -108,7 +108,7 @@ def test_full_store_refuses_a_send_and_keeps_what_is_stored_and_an_ack_without_r
     # A full store refuses a SEND with an ERROR naming the problem; what is stored is unharmed. An
     # ACK without a receipt handled just before that SEND is stored all the same: it goes to the
     # store as a batch of its own, so the refused batch does not take it down (docs/storage.md).
-    b = broker_factory(config="[storage]\nmap-size = 1048576\n")
+    b = broker_factory(config="[storage]\nmap-size = 1048576\nmax-map-size = 1048576\n")
     q = f"/queue/{unique('full')}"
     pad = "x" * 20_000
     p = stomp_client(b)
@@ -123,7 +123,7 @@ def test_full_store_refuses_a_send_and_keeps_what_is_stored_and_an_ack_without_r
     assert p.listener.errors, f"a 1 MiB store took {len(stored)} messages of 20 KB"
     message = p.listener.errors[0].headers["message"]
     assert message.startswith("message not stored: ") and "MDB_MAP_FULL" in message, message
-    assert "storage.map-size" in message, message  # says what to do
+    assert "storage.max-map-size" in message, message  # says what to do
     assert len(stored) >= 10, len(stored)
 
     # The ACK and the SEND in one write, so that the SEND reaches the core within the ACK's

@@ -580,7 +580,7 @@ def test_same_name_on_two_connections_are_two_transactions(broker, stomp_client)
 # --------------------------------------------------------------------------------------------
 
 def test_commit_refused_by_full_store_is_error_and_nothing_takes_effect(broker_factory, stomp_client):
-    b = broker_factory(config="[storage]\nmap-size = 1048576\n")
+    b = broker_factory(config="[storage]\nmap-size = 1048576\nmax-map-size = 1048576\n")
     q, qin = queue(), queue()
     p = stomp_client(b)
     p.send(qin, "in0")

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <unordered_map>
 #include <vector>
@@ -42,6 +43,7 @@ class resource_manager {
     branch_ptr target;
     storage::batch write;  // submit it when not empty; in every case call finish() with the outcome
     branch_work work;      // for commit and rollback actions: what to apply once durable
+    bool had_record = false;  // the branch was prepared (or heuristic): its record is in the store
   };
 
   // An XA call from connection `connection`. XAER_PROTO for a branch with a write in flight.
@@ -74,6 +76,11 @@ class resource_manager {
   // about for another timeout are dropped.
   std::vector<reply> expire(std::chrono::steady_clock::time_point now);
 
+  // Which queues still exist: a commit stores no entry for a queue that went away after the send
+  // was staged (a durable subscription ended meanwhile), so nothing is orphaned and the message's
+  // references count only what is stored. Unset: every queue exists.
+  void set_queue_exists(std::function<bool(std::uint32_t queue_id)> exists) { queue_exists_ = std::move(exists); }
+
   const std::map<xid, branch_ptr>& branches() const { return branches_; }
   // The largest message id a recovered branch staged (the broker's ids must stay above it).
   std::uint64_t max_staged_message_id() const;
@@ -95,6 +102,7 @@ class resource_manager {
   };
   std::unordered_map<std::uint64_t, scan> scans_;
   std::uint64_t local_counter_ = 0;
+  std::function<bool(std::uint32_t)> queue_exists_;
 };
 
 // The formatID of the xids the broker makes for local transactions ("ESCR").
