@@ -422,7 +422,7 @@ class checker {
       } else {
         expiry_known = entry_expires(key, v, expires);
       }
-      if (!queues_.count(key.queue_id)) problem(problem_kind::queue, table::entries, k, "its " + queue_missing(key.queue_id));
+      if (!queues_.count(key.queue_id)) problem(problem_kind::queue, table::entries, k, "it belongs to " + queue_missing(key.queue_id));
       if (!holds_message) {
         if (message_info* m = find_message(key.message_id)) {
           ++m->seen_refs;
