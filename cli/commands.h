@@ -1,4 +1,5 @@
-// The `escrow` subcommands. Each talks to the broker through admin_call() (except check-config),
+// The `escrow` subcommands. Each talks to the broker through admin_call() (except check-config,
+// check and passwd),
 // prints a table or a summary (or, with --json, the broker's JSON answer as it came) on stdout,
 // and returns exit_ok or throws failure (exit_codes.h). Warnings go to stderr.
 #pragma once
@@ -43,6 +44,9 @@ void run_xa_decide(const settings& s, const output_options& o, const std::string
 
 // check_config.cpp: no broker needed. Returns exit_ok or exit_failed.
 int run_check_config(const std::string& file, const output_options& o);
+// check_store.cpp: escrow check DATA-DIR, no broker needed (safe while one runs). Returns exit_ok,
+// exit_inconsistent or exit_cannot_open_store.
+int run_check_store(const std::string& data_dir, const output_options& o);
 // escrow passwd NAME [--role R]...: reads a password and prints a [[user]] entry (no broker needed).
 int run_passwd(const std::string& name, const std::vector<std::string>& roles);
 

@@ -13,6 +13,8 @@ enum exit_code : int {
   exit_usage = 2,          // wrong options or arguments; nothing was sent
   exit_cannot_connect = 3, // no broker at the URL, TLS failed, or the login was refused
   exit_not_found = 4,      // no such queue, subscription or transaction branch
+  exit_inconsistent = 5,   // check: the store has inconsistencies (each one printed)
+  exit_cannot_open_store = 6,  // check: no store there, not an Escrow store, or another schema version
 };
 
 class failure : public std::runtime_error {

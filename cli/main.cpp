@@ -11,8 +11,8 @@ using namespace escrow::cli;
 
 int main(int argc, char** argv) {
   CLI::App app{"escrow: look into and operate a running escrowd (queues, messages, connections, in-doubt\n"
-               "transactions, backups). Exit codes: 0 ok, 1 refused or failed, 2 usage, 3 cannot connect,\n"
-               "4 not found.",
+               "transactions, backups), and check a store offline. Exit codes: 0 ok, 1 refused or failed,\n"
+               "2 usage, 3 cannot connect, 4 not found, 5 store inconsistent, 6 cannot open the store.",
                "escrow"};
   app.fallthrough();
   app.require_subcommand(1);
@@ -95,6 +95,14 @@ int main(int argc, char** argv) {
   int check_result = -1;
   check->callback([&] { check_result = 0; });
 
+  std::string data_dir;
+  auto* check_store = app.add_subcommand(
+      "check", "verify a store offline (safe while escrowd runs): entries against queues, reference counts, "
+               "the expiry index, prepared branches, next ids");
+  check_store->add_option("DATA-DIR", data_dir, "escrowd's data directory (the one holding data.mdb)")->required();
+  int check_store_result = -1;
+  check_store->callback([&] { check_store_result = 0; });
+
   std::string user_name;
   std::vector<std::string> roles;
   auto* passwd = app.add_subcommand("passwd", "read a password (no echo) and print a [[user]] entry for the users file");
@@ -119,6 +127,7 @@ int main(int argc, char** argv) {
   try {
     if (check_result == 0) return run_check_config(file, out);
     if (passwd_result == 0) return run_passwd(user_name, roles);
+    if (check_store_result == 0) return run_check_store(data_dir, out);
     settings s = resolve_settings(given);
     action(s);
     return exit_ok;

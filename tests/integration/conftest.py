@@ -49,6 +49,21 @@ SLOW = 3.0 if os.environ.get("ESCROW_SANITIZED") else 1.0
 TIMEOUT = 15.0 * SLOW
 
 
+def check_store(data_dir, *args):
+    """Runs the built `escrow check DATA-DIR` (the offline store checker, docs/operations.md) and
+    asserts the store is consistent (exit 0), with the checker's whole output in the assertion
+    message; returns its stdout. Safe while escrowd runs on `data_dir` (it only reads, in one LMDB
+    read transaction). Call it after a crash: check_store(broker.data_dir). `args` go before the
+    subcommand, e.g. check_store(d, "--json")."""
+    escrow = tool("cli/escrow", "ESCROW_CLI")
+    assert os.path.exists(escrow), f"{escrow} not found: build it (ninja -C build cli/escrow) or set ESCROW_CLI"
+    r = subprocess.run([escrow, *args, "check", str(data_dir)], stdin=subprocess.DEVNULL, capture_output=True,
+                       text=True, timeout=4 * TIMEOUT)
+    assert r.returncode == 0, (f"escrow check {data_dir} exited with {r.returncode} (5: inconsistent, "
+                               f"6: cannot open):\n{r.stdout}{r.stderr}")
+    return r.stdout
+
+
 def unique(prefix="t"):
     """A name no other test uses (queues, topics, subscriptions)."""
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
