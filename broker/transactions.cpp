@@ -131,7 +131,7 @@ void broker::impl::carry_out(rm::resource_manager::reply r, std::function<void(i
     if (latency) latency->observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     for (auto& [q, k] : holds) q->release_hold(k);
     storage::status outcome = s;
-    if (!outcome.ok()) {
+    if (!s.ok()) {
       spdlog::error("branch {}: {}", reply.target ? reply.target->id.to_string() : "?", outcome.message());
       // Rolling back a branch that was never prepared needs nothing durable (its write only raises
       // delivery counts): it is rolled back in memory all the same, so that neither the branch nor

@@ -1256,7 +1256,7 @@ def test_one_phase_commit_pipelined_with_rollback(broker, stomp_client):
 # --------------------------------------------------------------------------------------------
 
 def test_prepare_refused_by_full_store_is_rmfail_and_can_be_retried(broker_factory, stomp_client):
-    b = broker_factory(config="[storage]\nmap-size = 1048576\n")
+    b = broker_factory(config="[storage]\nmap-size = 1048576\nmax-map-size = 1048576\n")
     q, filler = queue(), queue()
     p = stomp_client(b)
     # One big filler value: consuming it frees one contiguous run of pages (the prepare record
@@ -1294,7 +1294,7 @@ def test_prepare_refused_by_full_store_is_rmfail_and_can_be_retried(broker_facto
 
 
 def test_rollback_after_refused_prepare(broker_factory, stomp_client):
-    b = broker_factory(config="[storage]\nmap-size = 1048576\n")
+    b = broker_factory(config="[storage]\nmap-size = 1048576\nmax-map-size = 1048576\n")
     q, qin = queue(), queue()
     preload(b, stomp_client, qin, ["in"])
     c = stomp_client(b)
