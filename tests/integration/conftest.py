@@ -86,7 +86,7 @@ class Broker:
     The output of every run is kept (self.log) and shown when a test fails.
     """
 
-    def __init__(self, data_dir=None, config=None, args=(), workdir=None, listen=True):
+    def __init__(self, data_dir=None, config=None, args=(), workdir=None, listen=True, env=None):
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="escrow-it-"))
         # data_dir=False: no --data-dir option (the configuration file or the default decides)
         self.data_dir = None if data_dir is False else Path(data_dir) if data_dir else self.workdir / "data"
@@ -96,6 +96,9 @@ class Broker:
             self.config_path.write_text(config)
         self.args = list(args)
         self.listen = listen
+        # Extra environment for escrowd (e.g. {"ESCROW_FAULTS": "commit:2:map_full"}); settable
+        # between runs, or through restart(env=...).
+        self.env = dict(env or {})
         self.proc = None
         self.port = None
         self.runs = 0
@@ -126,7 +129,8 @@ class Broker:
         port_found = threading.Event()
         ready = threading.Event()
         self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, cwd=self.workdir)
+                                     stderr=subprocess.STDOUT, cwd=self.workdir,
+                                     env={**os.environ, **self.env} if self.env else None)
         proc = self.proc
 
         def read():
@@ -184,8 +188,11 @@ class Broker:
         self._reader.join(5)
         return self.proc.returncode
 
-    def restart(self, kill=False):
-        """Stops it (SIGTERM, or SIGKILL with kill=True) and starts it again on the same data."""
+    def restart(self, kill=False, env=None):
+        """Stops it (SIGTERM, or SIGKILL with kill=True) and starts it again on the same data;
+        env (a dict) replaces the extra environment for the new run ({} for none)."""
+        if env is not None:
+            self.env = dict(env)
         if self.running():
             if kill:
                 self.kill9()
@@ -246,7 +253,7 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture
 def broker_factory(request, tmp_path):
-    """broker_factory(config=None, data_dir=None, args=(), start=True) -> Broker.
+    """broker_factory(config=None, data_dir=None, args=(), start=True, env=None) -> Broker.
 
     Every broker is stopped at the end of the test; one that died on its own, or that does not
     exit 0 on SIGTERM, fails the test (a crash or a sanitizer report is a bug).
@@ -255,10 +262,10 @@ def broker_factory(request, tmp_path):
     request.node._escrow_brokers = brokers
     counter = itertools.count()
 
-    def make(config=None, data_dir=None, args=(), start=True, listen=True):
+    def make(config=None, data_dir=None, args=(), start=True, listen=True, env=None):
         workdir = tmp_path / f"broker{next(counter)}"
         workdir.mkdir()
-        b = Broker(data_dir=data_dir, config=config, args=args, workdir=workdir, listen=listen)
+        b = Broker(data_dir=data_dir, config=config, args=args, workdir=workdir, listen=listen, env=env)
         brokers.append(b)
         if start:
             b.start()
