@@ -368,7 +368,11 @@ void broker::on_frames(std::uint64_t id, std::vector<frame> frames) {
   });
 }
 
+void broker::stop_input() { impl_->input_stopped = true; }
+bool broker::input_stopped() const { return impl_->input_stopped.load(std::memory_order_relaxed); }
+
 bool broker::reading_paused() const {
+  if (input_stopped()) return true;
   return impl_->inbound_bytes.load(std::memory_order_relaxed) + impl_->store.queued_bytes() >
          impl_->config.max_unstored_bytes;
 }
@@ -400,6 +404,18 @@ void broker::on_closed(std::uint64_t id) {
     m->roll_back_locals(*c);
     m->rm.connection_closed(id);
     for (auto& q : touched) m->dispatch(q);
+    m->flush();
+  });
+}
+
+void broker::after_stored(std::function<void()> done) {
+  impl_->post([m = impl_.get(), done = std::move(done)]() mutable {
+    // An empty batch completes after every batch submitted before it (deferred acks go first).
+    m->submit(storage::batch{}, [m, done = std::move(done)](const storage::status& s) {
+      if (!s.ok()) spdlog::warn("stopping: the store refused the last writes: {}", s.message());
+      m->flush();  // the receipts of what just completed, before `done` closes the sockets
+      done();
+    });
     m->flush();
   });
 }

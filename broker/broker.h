@@ -72,6 +72,10 @@ class broker {
   // Whether sessions should stop reading for now: more than limits.max-unstored-bytes of received
   // frames wait for the core or for the disk. Thread-safe.
   bool reading_paused() const;
+  // The graceful stop: from now on no session hands the core another frame (what it reads is
+  // dropped), so that the last writes and their receipts are a closed set. Thread-safe.
+  void stop_input();
+  bool input_stopped() const;
 
   // Frames after CONNECT, in arrival order (all those one read brought).
   void on_frames(std::uint64_t connection_id, std::vector<frame> frames);
@@ -83,6 +87,11 @@ class broker {
   // Builds a metrics snapshot on the core strand and calls `done` there with it (the caller posts
   // it on to its own executor; `done` must not block). Thread-safe. Defined in metrics_collect.cpp.
   void collect_metrics(std::function<void(metrics_snapshot)> done);
+
+  // Calls `done` (on the core strand; it must not block) once every write submitted before this
+  // call has completed and the answers it brought (receipts, ERRORs) are handed to their sessions:
+  // the graceful stop's last step before it closes the connections. Thread-safe.
+  void after_stored(std::function<void()> done);
 
   // The listeners as bound ("HOST:PORT", " (tls)" appended), for `escrow status`. Thread-safe.
   void set_listeners(std::vector<std::string> listeners);

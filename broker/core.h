@@ -117,6 +117,7 @@ struct broker::impl {
   broker_config config;
   std::atomic<std::uint64_t> next_connection_id{1};
   std::atomic<std::size_t> inbound_bytes{0};  // frames handed to the core and not yet handled
+  std::atomic<bool> input_stopped{false};     // broker::stop_input (graceful stop)
 
   // --- core strand state ---
   std::map<std::string, queue_ptr> queues;  // by storage name ("q/NAME", "d/CLIENT\0SUB")

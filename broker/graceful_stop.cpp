@@ -61,7 +61,16 @@ struct stopping : std::enable_shared_from_this<stopping> {
     });
   }
 
+  // First every write already submitted completes and its receipts go to their sessions, which
+  // write them before they close: a client whose work became durable before the stop hears so.
   void close_connections(const stop_hooks& hooks) {
+    core.stop_input();
+    core.after_stored([self = shared_from_this(), hooks] {
+      asio::post(self->io, [self, hooks] { self->close_connections_now(hooks); });
+    });
+  }
+
+  void close_connections_now(const stop_hooks& hooks) {
     with_snapshot([self = shared_from_this(), hooks](metrics_snapshot s) {
       self->redelivered_before = total_redelivered(s);
       std::size_t sessions = hooks.close_connections();

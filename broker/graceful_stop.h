@@ -1,6 +1,8 @@
 // Graceful stop at SIGTERM or SIGINT (docs/operations.md, "Running as a service"). Each step is
 // logged as it happens: the listeners close (new connections are refused, /health answers 503);
-// every connection closes and the core returns its unacknowledged deliveries to their queues;
+// no frame read from now on is handled; every write already submitted completes and its receipts
+// are written to their clients; then every connection closes and the core returns its
+// unacknowledged deliveries to their queues;
 // prepared XA branches stay prepared (their records are in the store, recovered at the next
 // start); then the I/O pool stops, run_server joins the broker's threads that read the store
 // (broker::stop_store_readers) and closes the store, whose committer finishes every write already

@@ -51,12 +51,12 @@ struct session_registry {
     std::erase_if(sessions, [](const std::weak_ptr<session_base>& w) { return w.expired(); });
     return sessions.size();
   }
-  std::size_t stop_all() {  // returns how many were still alive
+  std::size_t finish_all() {  // each writes what is queued, then closes; returns how many were alive
     std::lock_guard lock(mutex);
     std::size_t n = 0;
     for (auto& w : sessions)
       if (auto s = w.lock()) {
-        s->stop();
+        s->finish();
         ++n;
       }
     return n;
@@ -262,7 +262,7 @@ int run_server(const broker_config& config) {
       }
       return acceptors.size();
     };
-    hooks.close_connections = [&] { return registry.stop_all(); };
+    hooks.close_connections = [&] { return registry.finish_all(); };
     stop_gracefully(io, core, signal, std::move(hooks));
   }));
 

@@ -273,6 +273,7 @@ asio::awaitable<void> basic_session<Stream>::read_loop() {
     if (closing_) break;
     auto [ec, n] = co_await stream_.async_read_some(asio::buffer(buffer), kNoThrow);
     if (ec || closing_) break;
+    if (core_.input_stopped()) continue;  // a graceful stop: dropped; the loop waits to be closed
     last_read_ = clock::now();
     // A TLS ClientHello (a handshake record: 0x16 0x03) on a plain listener: the client expects
     // TLS, so a STOMP ERROR would be noise to it. Say so in the log and close.

@@ -33,8 +33,11 @@ namespace escrow::broker {
 class session_base {
  public:
   virtual ~session_base() = default;
-  // Closes the connection now (server shutdown). Thread-safe.
+  // Closes the connection now. Thread-safe.
   virtual void stop() = 0;
+  // Writes what is already queued for the connection (receipts of work that is durable), then
+  // closes it (graceful stop). Thread-safe.
+  virtual void finish() = 0;
 };
 
 template <typename Stream>
@@ -50,6 +53,7 @@ class basic_session final : public session_base,
   // Starts the handshake (TLS) and the coroutines. The session keeps itself alive until all end.
   void start();
   void stop() override;
+  void finish() override { send_and_close({}); }
 
   void send(std::string bytes) override;
   void send_and_close(std::string bytes) override;
