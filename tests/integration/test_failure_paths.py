@@ -295,3 +295,308 @@ def test_commit_of_a_prepared_send_to_an_ended_durable_subscription(broker, stom
     d.close()
     broker.kill9()
     check_store(broker.data_dir)  # the message record went with the last entry
+
+
+# --------------------------------------------------------------------------------------------
+# 5. A refused ACK: the message is unacknowledged again, at once
+# --------------------------------------------------------------------------------------------
+
+def ack_frame(client, msg, receipt=True, transaction=None):
+    rid = client.new_receipt() if receipt else None
+    client.conn.ack(msg.headers["ack"], transaction=transaction, receipt=rid)
+    return rid
+
+
+def one_delivered(broker, stomp_client, q, body):
+    """Sends `body` to q (commit 2 on a new store) and returns (consumer, its MESSAGE)."""
+    p = stomp_client(broker)
+    p.send(q, body)
+    p.close()
+    c = stomp_client(broker)
+    sub = c.subscribe(q, ack="client-individual")
+    (m,) = c.wait_messages(1, subscription=sub)
+    assert m.body == body and m.headers.get("redelivered", "false") == "false", dict(m.headers)
+    return c, m
+
+
+def redelivered_to_a_new_consumer(broker, stomp_client, q, body):
+    """A new consumer (no restart) gets `body` again, redelivered; it acknowledges it (stored)."""
+    c2 = stomp_client(broker)
+    sub = c2.subscribe(q, ack="client-individual")
+    (m,) = c2.wait_messages(1, subscription=sub)
+    assert m.body == body and m.headers.get("redelivered") == "true", dict(m.headers)
+    c2.ack(m, receipt=True)
+    c2.close()
+    return m
+
+
+@pytest.mark.parametrize("receipt", [True, False], ids=["receipted ack", "deferred ack"])
+def test_refused_ack_gives_an_error_and_the_message_back(broker_factory, stomp_client, receipt):
+    b = faulty_broker(broker_factory, stomp_client, "commit:3:map_full")  # 2: the SEND, 3: the ACK
+    q = f"/queue/{unique('ack')}"
+    c, m = one_delivered(b, stomp_client, q, "acked-but-refused")
+    rid = ack_frame(c, m, receipt=receipt)
+    if receipt:
+        expect_error(c, rid, "acknowledgement not stored", "MDB_MAP_FULL")
+        assert rid not in c.listener.receipts
+    else:
+        # Deferred: stored with the next write, or within a few milliseconds by itself.
+        err = c.wait_error()
+        assert "acknowledgement not stored" in error_message(err), dict(err.headers)
+    c.wait_disconnected()
+    again = redelivered_to_a_new_consumer(b, stomp_client, q, "acked-but-refused")
+    crash_and_check(b)
+    assert look(b, stomp_client, q) == []
+    b.kill9()
+    check_store(b.data_dir)
+    # It was delivered once before (the refused ACK ends that delivery without an acknowledgement):
+    # this is its second delivery.
+    assert again.headers.get("delivery-count") == "2", dict(again.headers)
+
+
+@pytest.mark.parametrize("receipt", [True, False], ids=["receipted ack", "deferred ack"])
+def test_disconnect_after_a_refused_ack_gets_no_receipt(broker_factory, stomp_client, raw, receipt):
+    b = faulty_broker(broker_factory, stomp_client, "commit:3:map_full")
+    q = f"/queue/{unique('disc')}"
+    p = stomp_client(b)
+    p.send(q, "m")
+    p.close()
+    r = raw(b)
+    r.connect()
+    r.send(frame_bytes("SUBSCRIBE", [("id", "s"), ("destination", q), ("ack", "client-individual"),
+                                     ("receipt", "sub")]))
+    frames = [r.read_frame(), r.read_frame()]
+    (msg,) = [f for f in frames if f.command == "MESSAGE"]
+    ack = [("id", msg.headers["ack"])] + ([("receipt", "ack")] if receipt else [])
+    # One write: the DISCONNECT is handled in the same broker turn as the ACK.
+    r.send(frame_bytes("ACK", ack) + frame_bytes("DISCONNECT", [("receipt", "bye")]))
+    rest = r.read_until_closed()
+    assert "RECEIPT" not in [f.command for f in rest], rest
+    assert rest and rest[-1].command == "ERROR", rest
+    assert "acknowledgement not stored" in rest[-1].headers["message"], rest
+    redelivered_to_a_new_consumer(b, stomp_client, q, "m")
+    crash_and_check(b)
+    assert look(b, stomp_client, q) == []
+    b.kill9()
+    check_store(b.data_dir)
+
+
+# --------------------------------------------------------------------------------------------
+# 6. The rollback of a dropped connection's local transaction, refused by the store
+# --------------------------------------------------------------------------------------------
+
+def test_refused_rollback_of_a_dropped_local_transaction_returns_the_message(broker_factory, stomp_client):
+    b = faulty_broker(broker_factory, stomp_client, "commit:3:map_full")  # 3: the rollback's counts
+    q = f"/queue/{unique('local')}"
+    c, m = one_delivered(b, stomp_client, q, "consumed-in-tx")
+    c.begin("tx")
+    c.ack(m, receipt=True, transaction="tx")
+    assert [x["xid"] for x in branches(b, stomp_client)], "the local transaction is not listed"
+    c.drop()
+    b.wait_log("refusing writes until there is room")  # the rollback's write was refused
+    redelivered_to_a_new_consumer(b, stomp_client, q, "consumed-in-tx")
+    assert branches(b, stomp_client) == []
+    crash_and_check(b)
+    assert look(b, stomp_client, q) == []
+    assert branches(b, stomp_client) == []
+    b.kill9()
+    check_store(b.data_dir)
+
+
+# --------------------------------------------------------------------------------------------
+# 7. A failed sync (fsyncgate): the store refuses every write until escrowd restarts
+# --------------------------------------------------------------------------------------------
+
+HTTP = '[http]\nlisten = "127.0.0.1:0"\n'
+
+
+def http_get(broker, path):
+    port = int(broker.log.split("http listening on 127.0.0.1:")[-1].split()[0])
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=TIMEOUT) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def writable_metric(broker):
+    status, body = http_get(broker, "/metrics")
+    assert status == 200, body
+    (line,) = [x for x in body.splitlines() if x.startswith("escrow_store_writable ")]
+    return float(line.split()[1])
+
+
+def send_outcome(broker, stomp_client, q, body):
+    """Sends `body` on a new connection (an ERROR closes it): "RECEIPT" or the ERROR's message."""
+    p = stomp_client(broker)
+    got = outcome(p, p.send(q, body, wait=False))
+    p.close()
+    return got if got == "RECEIPT" else error_message(got)
+
+
+@pytest.mark.parametrize("spec", ["commit:3:eio", "sync:3:eio"])
+def test_failed_sync_refuses_every_write_until_restart(broker_factory, stomp_client, spec):
+    b = faulty_broker(broker_factory, stomp_client, spec, config=HTTP)
+    q = f"/queue/{unique('fsyncgate')}"
+    assert writable_metric(b) == 1
+    results = []
+    for i in range(6):
+        results.append((f"m{i}", send_outcome(b, stomp_client, q, f"m{i}")))
+        if results[-1][1] != "RECEIPT":
+            break
+    hit = len(results) - 1
+    assert results[hit][1] != "RECEIPT", f"no SEND met the failed sync: {results}"
+    assert hit >= 1, f"the first SEND already failed: {results}"  # something got a RECEIPT before
+    first = results[hit][1]
+    assert first.startswith("message not stored: ") and "refuses every write until escrowd restarts" in first, first
+    for i in range(hit + 1, hit + 4):  # every later SEND is refused as well
+        later = send_outcome(b, stomp_client, q, f"m{i}")
+        assert later != "RECEIPT" and "restart" in later, later
+        results.append((f"m{i}", later))
+    b.wait_log("the store refuses every write until escrowd restarts")
+    assert writable_metric(b) == 0
+    status, body = http_get(b, "/status")
+    assert status == 200 and json.loads(body)["store"]["writable"] is False, body
+    status, body = http_get(b, "/health")
+    assert status == 503 and "not writable" in body, (status, body)
+
+    crash_and_check(b)  # restart without faults
+    assert writable_metric(b) == 1
+    got = look(b, stomp_client, q)
+    receipted = [body for body, r in results if r == "RECEIPT"]
+    # The SEND that met the failed sync may or may not be on disk (that is what a failed sync
+    # means); the ones after it were never written.
+    assert got in (receipted, receipted + [results[hit][0]]), (got, results)
+    assert send_outcome(b, stomp_client, q, "after-restart") == "RECEIPT"
+    b.kill9()
+    check_store(b.data_dir)
+
+
+# --------------------------------------------------------------------------------------------
+# 8. persist-delivery-count-before-delivery with the count's write refused
+# --------------------------------------------------------------------------------------------
+
+def count_in_log(broker, text):
+    return broker.log.count(text)
+
+
+def wait_count(broker, text, n, timeout=None):
+    deadline = time.monotonic() + (timeout or TIMEOUT)
+    while count_in_log(broker, text) < n:
+        assert time.monotonic() < deadline, f"fewer than {n} {text!r} lines in escrowd's log:\n{broker.log}"
+        time.sleep(0.02)
+
+
+def test_refused_delivery_count_holds_the_delivery_until_the_store_takes_writes(broker_factory, stomp_client):
+    config = "[delivery]\npersist-delivery-count-before-delivery = true\n"
+    # 2: the SEND; 3 and 4: the raised delivery count, refused twice; 5: stored.
+    b = faulty_broker(broker_factory, stomp_client, "commit:3-4:map_full", config=config)
+    q = f"/queue/{unique('count')}"
+    p = stomp_client(b)
+    p.send(q, "counted")
+    c = stomp_client(b)
+    sub = c.subscribe(q, ack="client-individual")
+    stopped = "deliveries stopped: their raised delivery counts were not stored"
+    wait_count(b, stopped, 1)
+    assert c.messages == [], "delivered although its delivery count was not stored"
+    wait_count(b, stopped, 2)  # retried after about a second, refused again
+    assert c.messages == [], "delivered although its delivery count was not stored"
+    (m,) = c.wait_messages(1, subscription=sub)  # the third try is stored
+    assert m.body == "counted"
+    c.settle(1, subscription=sub)
+    c.close()  # unacknowledged: it goes back, and its count was stored before it was delivered
+    crash_and_check(b)
+    c2 = stomp_client(b)
+    sub2 = c2.subscribe(q, ack="client-individual")
+    (m2,) = c2.wait_messages(1, subscription=sub2)
+    assert m2.body == "counted" and m2.headers.get("redelivered") == "true", dict(m2.headers)
+    c2.ack(m2, receipt=True)
+    c2.close()
+    b.kill9()
+    check_store(b.data_dir)
+
+
+# --------------------------------------------------------------------------------------------
+# 9. The map grows by itself
+# --------------------------------------------------------------------------------------------
+
+def send_all(client, destination, payloads, window=64):
+    outstanding = []
+    for body in payloads:
+        outstanding.append(client.send(destination, body, wait=False))
+        if len(outstanding) >= window:
+            client.wait_receipt(outstanding.pop(0))
+    for rid in outstanding:
+        client.wait_receipt(rid)
+
+
+def test_a_small_map_grows_and_keeps_every_receipted_message(broker_factory, stomp_client):
+    b = broker_factory(config="[storage]\nmap-size = 1048576\n")
+    q = f"/queue/{unique('grow')}"
+    n = 8192  # 8 MiB of 1 KiB messages in a 1 MiB map
+    payloads = [f"{i:05d}-" + "x" * 1018 for i in range(n)]
+    p = stomp_client(b)
+    send_all(p, q, payloads)  # every one gets its RECEIPT (wait_receipt fails on an ERROR)
+    p.close()
+    b.wait_log("grew from 1 MiB to 2 MiB")
+    crash_and_check(b)
+    c = stomp_client(b)
+    sub = c.subscribe(q, ack="auto", headers={"prefetch-count": "10000"})
+    got = c.wait_messages(n, timeout=4 * TIMEOUT, subscription=sub)
+    assert len(got) == n and bodies(got) == payloads
+    c.settle(n, subscription=sub)
+    c.close()
+    b.kill9()
+    check_store(b.data_dir)
+
+
+# --------------------------------------------------------------------------------------------
+# 10. storage.max-size refuses sends, not acknowledgements or commits; sends resume by themselves
+# --------------------------------------------------------------------------------------------
+
+def test_max_size_refuses_sends_but_not_acks_or_commits_and_sends_resume(broker_factory, stomp_client):
+    b = broker_factory(config="[storage]\nmax-size = 4194304\n")
+    q, q2 = f"/queue/{unique('cap')}", f"/queue/{unique('capxa')}"
+    tm = stomp_client(b)
+    x = new_xid()
+    ok(tm, "START", x)
+    tm.send(q2, "prepared-before-full")
+    ok(tm, "END", x, "TMSUCCESS")
+    ok(tm, "PREPARE", x)
+
+    p = stomp_client(b)
+    stored, refusal = [], None
+    for i in range(4000):  # 16 MB at most: far past the cap
+        body = f"{i:05d}-" + "y" * 4090
+        got = outcome(p, p.send(q, body, wait=False))
+        if got != "RECEIPT":
+            refusal = error_message(got)
+            break
+        stored.append(body)
+    assert refusal is not None, f"{len(stored)} messages of 4 KiB stored under a 4 MiB cap"
+    assert "store full" in refusal and "storage.max-size" in refusal, refusal
+    assert refusal.startswith("message not stored: "), refusal
+    assert 100 < len(stored) < 1100, len(stored)
+
+    # Still full: a new SEND is refused, but an acknowledgement and a commit are stored.
+    assert "store full" in send_outcome(b, stomp_client, q, "refused-too")
+    c = stomp_client(b)
+    sub = c.subscribe(q, ack="client", headers={"prefetch-count": "10000"})
+    msgs = c.wait_messages(len(stored), subscription=sub)
+    assert bodies(msgs) == stored
+    c.ack(msgs[0], receipt=True)
+    ok(tm, "COMMIT", x)
+    c.ack(msgs[-1], receipt=True)  # cumulative: the queue is drained
+    c.close()
+
+    # Sends resume by themselves once the live pages are below the cap (measured every few ms).
+    deadline = time.monotonic() + TIMEOUT
+    while (r := send_outcome(b, stomp_client, q, "resumed")) != "RECEIPT":
+        assert "store full" in r, r
+        assert time.monotonic() < deadline, f"sends did not resume after draining: {r}"
+        time.sleep(0.05)
+    crash_and_check(b)
+    assert look(b, stomp_client, q) == ["resumed"]
+    assert look(b, stomp_client, q2) == ["prepared-before-full"]
+    b.kill9()
+    check_store(b.data_dir)
