@@ -52,6 +52,9 @@ void broker::impl::schedule_expiry() {
   timers->branch_expiry.async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
     expire_branches();
+    // The address settings resolved per address are a cache: bounded, emptied here, where no
+    // reference into it is held (settings_for's references live within one call).
+    if (settings_cache.size() > kMaxCachedAddresses) settings_cache.clear();
     flush();
     schedule_expiry();
   });

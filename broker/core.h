@@ -135,7 +135,9 @@ struct broker::impl {
   std::mt19937_64 random{std::random_device{}()};
   // Returned messages waiting out their redelivery delay (held in their queue meanwhile).
   std::multimap<std::chrono::steady_clock::time_point, std::pair<queue_ptr, queue_entry>> delayed;
-  std::unordered_map<std::string, address_settings> settings_cache;  // by address
+  std::unordered_map<std::string, address_settings> settings_cache;  // by address; bounded
+  // Addresses whose settings and grants are cached at most (each cache is emptied beyond it).
+  static constexpr std::size_t kMaxCachedAddresses = 10000;
   std::uint64_t reap_started_ms = 0;  // the reaper pass under way: when it began, what it moved
   std::size_t reap_moved = 0;
   bool reap_in_progress = false;  // a pass waits for its next turn: the period does not start another

@@ -144,7 +144,7 @@ std::string write_prometheus(const metrics_snapshot& s) {
   append_histogram(out, "escrow_commit_seconds", "", s.commit_seconds);
 
   // Storage.
-  family(out, "escrow_store_writable", "gauge", "1 while the store takes writes; 0 after a failed commit.");
+  family(out, "escrow_store_writable", "gauge", "1 while the store takes writes; 0 after a failed sync (until restart).");
   sample(out, "escrow_store_writable", s.store.writable ? 1 : 0);
   family(out, "escrow_store_commits_total", "counter", "LMDB write transactions committed (group commits).");
   sample(out, "escrow_store_commits_total", static_cast<double>(s.store.commits));
@@ -161,6 +161,15 @@ std::string write_prometheus(const metrics_snapshot& s) {
   sample(out, "escrow_store_map_used_bytes", static_cast<double>(s.store.map_used_bytes));
   family(out, "escrow_store_file_bytes", "gauge", "Size of data.mdb on disk.");
   sample(out, "escrow_store_file_bytes", static_cast<double>(s.store.file_bytes));
+  family(out, "escrow_store_map_grows_total", "counter", "Times the map grew because it was full.");
+  sample(out, "escrow_store_map_grows_total", static_cast<double>(s.store.map_grows));
+  family(out, "escrow_store_live_bytes", "gauge", "Bytes of the pages the tables use (what storage.max-size caps).");
+  sample(out, "escrow_store_live_bytes", static_cast<double>(s.store.live_bytes));
+  family(out, "escrow_store_disk_free_bytes", "gauge", "Free space of the disk holding the store.");
+  sample(out, "escrow_store_disk_free_bytes", static_cast<double>(s.store.disk_free_bytes));
+  family(out, "escrow_store_refusing_sends", "gauge",
+         "1 while new messages are refused (storage.max-size or storage.min-free-disk reached).");
+  sample(out, "escrow_store_refusing_sends", s.store.refusing_sends ? 1 : 0);
   return out;
 }
 

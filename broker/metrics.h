@@ -54,7 +54,7 @@ struct queue_metrics {
 };
 
 struct store_metrics {
-  bool writable = true;  // false after a failed commit (sticky until restart)
+  bool writable = true;  // false after a failed sync (sticky until restart)
   std::uint64_t commits = 0;
   std::uint64_t batches = 0;
   histogram batches_per_commit;
@@ -62,6 +62,10 @@ struct store_metrics {
   std::uint64_t map_size_bytes = 0;  // the configured map (address space)
   std::uint64_t map_used_bytes = 0;  // pages in use up to the last one written
   std::uint64_t file_bytes = 0;      // data.mdb on disk
+  std::uint64_t map_grows = 0;       // times the map grew because it was full
+  std::uint64_t live_bytes = 0;      // pages the tables use (what storage.max-size limits)
+  std::uint64_t disk_free_bytes = 0; // free space of the disk holding the store
+  bool refusing_sends = false;       // storage.max-size or storage.min-free-disk reached
 };
 
 struct metrics_snapshot {

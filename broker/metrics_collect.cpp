@@ -95,6 +95,10 @@ metrics_snapshot broker::impl::snapshot() const {
   s.store.map_size_bytes = st.map_size_bytes;
   s.store.map_used_bytes = st.map_used_bytes;
   s.store.file_bytes = st.file_bytes;
+  s.store.map_grows = st.map_grows;
+  s.store.live_bytes = st.live_bytes;
+  s.store.disk_free_bytes = st.disk_free_bytes;
+  s.store.refusing_sends = st.refusing_sends;
 
   // In flight: every unacknowledged delivery, by the queue it came from.
   std::unordered_map<const queue*, std::uint64_t> in_flight;

@@ -8,7 +8,6 @@
 namespace escrow::broker {
 namespace {
 
-constexpr std::size_t kMaxCachedAddresses = 10000;
 
 std::string who(const connection& c) { return c.info.user.empty() ? "anonymous" : "user '" + c.info.user + "'"; }
 

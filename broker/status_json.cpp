@@ -35,9 +35,9 @@ std::string write_status_json(const metrics_snapshot& s) {
   out += fmt::format("],\"listeners_up\":{},\"connections\":{},", s.listeners_up, s.connections);
   out += fmt::format(
       "\"store\":{{\"writable\":{},\"commits\":{},\"batches\":{},\"map_size_bytes\":{},\"map_used_bytes\":{},"
-      "\"file_bytes\":{}}},",
+      "\"file_bytes\":{},\"live_bytes\":{},\"disk_free_bytes\":{},\"refusing_sends\":{}}},",
       s.store.writable, s.store.commits, s.store.batches, s.store.map_size_bytes, s.store.map_used_bytes,
-      s.store.file_bytes);
+      s.store.file_bytes, s.store.live_bytes, s.store.disk_free_bytes, s.store.refusing_sends);
   std::uint64_t enqueued = 0, acknowledged = 0, depth = 0;
   for (const auto& q : s.queues) {
     enqueued += q.enqueued;

@@ -149,14 +149,20 @@ void broker::impl::detach(subscription& s, storage::batch& b) {
   if (s.source->type() == queue::kind::subscription) {
     // A non-durable subscription's queue lives and dies with its only consumer.
     auto t = topics.find(s.source->topic());
-    if (t != topics.end()) std::erase(t->second.subscriptions, s.source);
+    if (t != topics.end()) {
+      std::erase(t->second.subscriptions, s.source);
+      if (t->second.subscriptions.empty()) topics.erase(t);  // topics without subscribers hold nothing
+    }
     queues_by_id.erase(s.source->id());
   }
 }
 
 void broker::impl::drop_durable_queue(const queue_ptr& q, storage::batch& b) {
   auto t = topics.find(q->topic());
-  if (t != topics.end()) std::erase(t->second.subscriptions, q);
+  if (t != topics.end()) {
+    std::erase(t->second.subscriptions, q);
+    if (t->second.subscriptions.empty()) topics.erase(t);
+  }
   q->dropping = true;
   b.erase(storage::table::queues, q->storage_key);
   storage::status s = store.scan(storage::table::entries, storage::queue_prefix(q->id()), storage::queue_prefix(q->id()),
