@@ -133,10 +133,6 @@ def ok(c, verb, xid=None, flags=None, **headers):
     return r
 
 
-def durable(cid, name):
-    return {"durable-subscription-name": name}
-
-
 def crash_and_check(broker, env=None):
     """SIGKILL, `escrow check` on the data directory, and a restart (without faults)."""
     broker.kill9()
@@ -256,11 +252,13 @@ def test_durable_unsubscribe_in_the_same_turn_as_a_send_leaves_no_orphan(broker,
 # 4. A prepared branch's send to a durable subscription that ends before the commit
 # --------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("crash", [False, True], ids=["committed at once", "SIGKILL before the commit"])
+@pytest.mark.parametrize("other", [True, False], ids=["with another subscription", "alone"])
 @pytest.mark.parametrize("how", ["unsubscribe", "escrow subscription delete"])
-def test_commit_of_a_prepared_send_to_an_ended_durable_subscription(broker, stomp_client, how):
+def test_commit_of_a_prepared_send_to_an_ended_durable_subscription(broker, stomp_client, how, other, crash):
     topic = f"/topic/{unique('xa')}"
     gone, stays = unique("gone"), unique("stays")
-    for cid in (gone, stays):
+    for cid in (gone, stays) if other else (gone,):
         d = stomp_client(broker, headers={"client-id": cid})
         d.subscribe(topic, ack="client-individual", headers={"durable-subscription-name": "dur"})
         d.disconnect()
@@ -280,21 +278,33 @@ def test_commit_of_a_prepared_send_to_an_ended_durable_subscription(broker, stom
         assert r.returncode == 0, (r.stdout, r.stderr)
     assert (gone, "dur") not in durable_subscriptions(broker, stomp_client)
 
+    if crash:  # the branch comes back prepared, naming a subscription that no longer exists
+        tm.close()
+        crash_and_check(broker)
+        tm = stomp_client(broker)
+        assert [b["xid"] for b in branches(broker, stomp_client)] == [x]
     ok(tm, "COMMIT", x)
     tm.close()
-    crash_and_check(broker)  # no entry for the ended subscription
+    crash_and_check(broker)  # no entry for the ended subscription; alone: no message record either
     subs = durable_subscriptions(broker, stomp_client)
-    assert (gone, "dur") not in subs and (stays, "dur") in subs
+    assert (gone, "dur") not in subs
     assert branches(broker, stomp_client) == []
-    d = stomp_client(broker, headers={"client-id": stays})
+    if other:
+        assert (stays, "dur") in subs
+        d = stomp_client(broker, headers={"client-id": stays})
+        sub = d.subscribe(topic, ack="client-individual", headers={"durable-subscription-name": "dur"})
+        (m,) = d.wait_messages(1, subscription=sub)
+        assert m.body == "prepared-send"
+        d.ack(m, receipt=True)
+        d.settle(1, subscription=sub)
+        d.close()
+    # Subscribing again under the ended name makes a new subscription: the commit left it nothing.
+    d = stomp_client(broker, headers={"client-id": gone})
     sub = d.subscribe(topic, ack="client-individual", headers={"durable-subscription-name": "dur"})
-    (m,) = d.wait_messages(1, subscription=sub)
-    assert m.body == "prepared-send"
-    d.ack(m, receipt=True)
-    d.settle(1, subscription=sub)
+    d.settle(0, subscription=sub)
     d.close()
     broker.kill9()
-    check_store(broker.data_dir)  # the message record went with the last entry
+    check_store(broker.data_dir)  # the message record went with its last entry
 
 
 # --------------------------------------------------------------------------------------------
@@ -600,3 +610,151 @@ def test_max_size_refuses_sends_but_not_acks_or_commits_and_sends_resume(broker_
     assert look(b, stomp_client, q2) == ["prepared-before-full"]
     b.kill9()
     check_store(b.data_dir)
+
+
+# --------------------------------------------------------------------------------------------
+# 11. The fault loop: one workload, the k-th commit refused or failed, then what survives
+# --------------------------------------------------------------------------------------------
+
+# A failed sync (or a full disk met while an earlier group waits for its sync) leaves what is on
+# disk unknown: the broker's ERROR for the writes concerned says the store now "refuses every write
+# until escrowd restarts". Their outcome may go either way; every other ERROR means not stored.
+UNKNOWN = "refuses every write until escrowd restarts"
+
+
+class Workload:
+    """Receipted sends (a connection each), client-individual ACKs with receipts and a local
+    transaction (a SEND and an ACK, then COMMIT) on one consumer connection, reconnecting after
+    each ERROR (it closes the connection). Records every outcome: "RECEIPT" or the ERROR's message."""
+
+    def __init__(self, broker, stomp_client, q):
+        self.b, self.stomp_client, self.q = broker, stomp_client, q
+        self.sent = {}  # body -> outcome of its (non-transactional) SEND
+        self.acked = {}  # body -> outcome of its ACK
+        self.tx = None  # (sent body, acked body or None, outcome of COMMIT)
+        self.c = None
+        self.sub = None
+
+    def op(self, client, send_frame):
+        rid = client.new_receipt()
+        send_frame(rid)
+        got = outcome(client, rid)
+        return got if got == "RECEIPT" else error_message(got)
+
+    def consumer(self):
+        """The consumer connection, subscribed (a SUBSCRIBE may write a queue's record)."""
+        for _ in range(2):
+            if self.c is not None:
+                return self.c
+            c = self.stomp_client(self.b)
+            sub = unique("sub")
+            r = self.op(c, lambda rid: c.conn.subscribe(self.q, sub, ack="client-individual",
+                                                        headers={"receipt": rid}))
+            if r == "RECEIPT":
+                self.c, self.sub = c, sub
+            else:
+                c.close()
+        return self.c
+
+    def lost_consumer(self):
+        self.c.close()
+        self.c = None
+
+    def delivered(self, body):
+        """The latest MESSAGE with this body on the consumer connection (stored, so it comes)."""
+        c = self.c
+        c.listener.wait_for(lambda: any(m.body == body for m in c.listener.messages) or c.listener.errors
+                            or c.listener.disconnected, TIMEOUT, f"message {body!r}")
+        msgs = [m for m in c.messages if m.body == body and m.headers.get("subscription") == self.sub]
+        return msgs[-1] if msgs else None
+
+    def run(self):
+        for i in range(4):
+            self.sent[f"m{i}"] = send_outcome(self.b, self.stomp_client, self.q, f"m{i}")
+        stored = [body for body, r in self.sent.items() if r == "RECEIPT"]
+        for body in stored[:2]:
+            if self.consumer() is None:
+                return
+            m = self.delivered(body)
+            if m is None:  # an ERROR closed the connection meanwhile
+                self.lost_consumer()
+                continue
+            self.acked[body] = r = self.op(self.c, lambda rid: self.c.conn.ack(m.headers["ack"], receipt=rid))
+            if r != "RECEIPT":
+                self.lost_consumer()
+        self.transaction(stored[2] if len(stored) > 2 else None)
+        self.sent["m5"] = send_outcome(self.b, self.stomp_client, self.q, "m5")
+
+    def transaction(self, to_ack):
+        c = self.consumer()
+        if c is None:
+            return
+        steps = [lambda rid: c.conn.begin("tx", headers={"receipt": rid}),
+                 lambda rid: c.conn.send(self.q, "m4", transaction="tx", headers={"receipt": rid})]
+        for step in steps:
+            if self.op(c, step) != "RECEIPT":
+                self.tx = ("m4", None, "not begun")
+                return self.lost_consumer()
+        if to_ack is not None:
+            m = self.delivered(to_ack)
+            if m is None or self.op(c, lambda rid: c.conn.ack(m.headers["ack"], transaction="tx",
+                                                              receipt=rid)) != "RECEIPT":
+                self.tx = ("m4", None, "not begun")
+                return self.lost_consumer()
+        r = self.op(c, lambda rid: c.conn.commit("tx", headers={"receipt": rid}))
+        self.tx = ("m4", to_ack, r)
+        if r != "RECEIPT":
+            self.lost_consumer()
+
+    def check(self, present):
+        """`present`: the bodies in the queue after the restart."""
+        problems = []
+        acked_in_tx = None
+        if self.tx is not None and self.tx[2] == "RECEIPT":
+            acked_in_tx = self.tx[1]
+        for body, r in self.sent.items():
+            ack = self.acked.get(body)
+            if r == "RECEIPT":
+                if ack == "RECEIPT" or body == acked_in_tx:
+                    if body in present:
+                        problems.append(f"{body}: its ACK got a RECEIPT, yet it is still there")
+                elif ack is None or UNKNOWN not in ack:
+                    if body not in present:
+                        problems.append(f"{body}: its SEND got a RECEIPT and no ACK did, yet it is gone")
+            elif UNKNOWN not in r and body in present:
+                problems.append(f"{body}: its SEND got an ERROR ({r}), yet it is there")
+        if self.tx is not None:
+            body, to_ack, r = self.tx
+            if r == "RECEIPT" and body not in present:
+                problems.append(f"{body}: its transaction's COMMIT got a RECEIPT, yet it is missing")
+            elif r != "RECEIPT" and UNKNOWN not in r and body in present:
+                problems.append(f"{body}: its transaction was not committed ({r}), yet it is there")
+            elif r != "RECEIPT" and to_ack is not None and (body in present) == (to_ack in present):
+                problems.append(f"half a commit: {body} there {body in present}, {to_ack} there {to_ack in present}")
+        assert sorted(present) == sorted(set(present)), f"duplicates: {present}"
+        return problems
+
+
+@pytest.mark.parametrize("fault,ks", [("enospc", range(1, 9)), ("eio", range(2, 6))])
+def test_fault_loop(broker_factory, stomp_client, fault, ks):
+    started = time.monotonic()
+    failures = []
+    for k in ks:
+        spec = f"commit:{k}:{fault}"
+        b = faulty_broker(broker_factory, stomp_client, spec)
+        q = f"/queue/{unique('loop')}"
+        w = Workload(b, stomp_client, q)
+        w.run()
+        b.kill9()
+        b.env = {}
+        b.start()
+        present = look(b, stomp_client, q)
+        problems = w.check(present)
+        if problems:
+            failures.append(f"{spec}: {problems}; sends {w.sent}, acks {w.acked}, transaction {w.tx}, "
+                            f"found {present}")
+        b.kill9()
+        check_store(b.data_dir)
+        b.close()
+    assert not failures, "\n".join(failures)
+    assert time.monotonic() - started < 30 * SLOW
