@@ -95,6 +95,8 @@ address_settings resolve_settings(const std::vector<address_setting_entry>& entr
     if (e->max_delivery_attempts) s.max_delivery_attempts = *e->max_delivery_attempts;
     if (e->dead_letter_address) s.dead_letter_address = *e->dead_letter_address;
     if (e->collision_avoidance_factor) s.collision_avoidance_factor = *e->collision_avoidance_factor;
+    if (e->auto_delete_queues) s.auto_delete_queues = *e->auto_delete_queues;
+    if (e->auto_delete_queues_delay_ms) s.auto_delete_queues_delay_ms = *e->auto_delete_queues_delay_ms;
   }
   return s;
 }

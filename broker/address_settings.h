@@ -29,6 +29,8 @@ struct address_settings {
   std::int64_t max_delivery_attempts = 10;       // unsuccessful deliveries before a dead letter; -1: never
   std::string dead_letter_address;               // "" : dead letters are dropped (logged, counted)
   double collision_avoidance_factor = 0.0;       // 0.0 to 1.0: random spread of the delay
+  bool auto_delete_queues = true;                // an empty queue nobody uses goes (Artemis's default)
+  std::uint64_t auto_delete_queues_delay_ms = 60000;  // after this long empty and unused
 
   // The wait before redelivering a message that has had `count` (>= 1) unsuccessful deliveries:
   // redelivery_delay x multiplier^(count-1), capped, then moved by up to the avoidance factor.
@@ -48,6 +50,8 @@ struct address_setting_entry {
   std::optional<std::int64_t> max_delivery_attempts;
   std::optional<std::string> dead_letter_address;
   std::optional<double> collision_avoidance_factor;
+  std::optional<bool> auto_delete_queues;
+  std::optional<std::uint64_t> auto_delete_queues_delay_ms;
 };
 
 // Checks a pattern: non-empty words separated by single dots. "" when valid, else the problem.

@@ -55,6 +55,7 @@ void broker::impl::schedule_expiry() {
     // The address settings resolved per address are a cache: bounded, emptied here, where no
     // reference into it is held (settings_for's references live within one call).
     if (settings_cache.size() > kMaxCachedAddresses) settings_cache.clear();
+    sweep_unused_queues();
     flush();
     schedule_expiry();
   });
@@ -207,12 +208,16 @@ void broker::impl::receipt_after(const connection_ptr& c, const frame& request, 
   std::string command = request.command;
   submit(std::move(b), [this, c, receipt_id, command, what = std::move(what), then = std::move(then)](
                            const storage::status& s) {
-    if (then) then(s.ok());
     if (!s.ok()) {
+      // The ERROR first: it closes the connection, so that what `then` puts back is not handed
+      // to this same connection again.
       frame request{command, {}, {}};
       if (receipt_id) request.add("receipt", *receipt_id);
-      return error(*c, what + " not stored: " + s.message(), &request);
+      error(*c, what + " not stored: " + s.message(), &request);
+      if (then) then(false);
+      return;
     }
+    if (then) then(true);
     if (receipt_id) write_receipt(*c, *receipt_id);
   });
 }
@@ -461,7 +466,8 @@ void broker::impl::handle_disconnect(const connection_ptr& c, const frame& f) {
   // theirs: all earlier work is durable and its receipts are written before this one.
   submit(storage::batch{}, [c, receipt_id](const storage::status& s) {
     // A refused earlier write (an ACK, say) has already sent its ERROR and closed the connection.
-    if (c->output_closed || !s.ok()) return;
+    bool stored = s.ok();
+    if (c->output_closed || !stored) return;
     std::string bytes = std::move(c->outbox);
     c->outbox.clear();
     if (receipt_id) {

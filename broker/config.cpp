@@ -137,6 +137,12 @@ std::map<std::string, setter> address_setting_keys(address_setting_entry& e) {
          return "";
        }},
       {"redelivery-delay", non_negative(e.redelivery_delay_ms)},
+      {"auto-delete-queues", [&e](const toml::node& n) -> std::string {
+         if (!n.is_boolean()) return "must be true or false";
+         e.auto_delete_queues = *n.value<bool>();
+         return "";
+       }},
+      {"auto-delete-queues-delay", non_negative(e.auto_delete_queues_delay_ms)},
       {"max-redelivery-delay", non_negative(e.max_redelivery_delay_ms)},
       {"redelivery-delay-multiplier", real(e.redelivery_multiplier, 1.0, 1e6, "of at least 1.0")},
       {"redelivery-collision-avoidance-factor",

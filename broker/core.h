@@ -270,6 +270,10 @@ struct broker::impl {
   // refuses it joins its topic again as it was (finish_drop).
   void drop_durable_queue(const queue_ptr& q, storage::batch& b);
   void finish_drop(const queue_ptr& q, bool stored);
+  // Auto-delete of empty, unused queues (auto_delete.cpp), once a second.
+  void sweep_unused_queues();
+  bool in_use(const queue_ptr& q);
+  void finish_auto_delete(const queue_ptr& q, const storage::status& s);
 
   // Delivery.
   void dispatch(const queue_ptr& q);

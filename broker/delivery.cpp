@@ -169,6 +169,7 @@ void broker::impl::dispatch(const queue_ptr& q) {
   }
   if (!counts.empty()) {
     submit(std::move(counts), [this, deliveries = std::move(after_counts)](const storage::status& s) {
+      bool stored = s.ok();
       // Each delivery still unacknowledged is written now (one acknowledged or returned meanwhile,
       // or whose consumer left, is not). If the raised counts were refused, the deliveries stop:
       // the messages go back to their queue with their old counts, offered again after a second.
@@ -180,7 +181,7 @@ void broker::impl::dispatch(const queue_ptr& q) {
         subscription& sub = *owner->second;
         auto d = sub.unacked.find(tag);
         if (d == sub.unacked.end()) continue;
-        if (s.ok()) {
+        if (stored) {
           write_message(*c->second, sub, tag, d->second.entry);
           continue;
         }
@@ -190,7 +191,7 @@ void broker::impl::dispatch(const queue_ptr& q) {
         --back.source->counters.delivered;
         delay_redelivery(back.source, std::move(back.entry), kRefusedCountRetryMs);
       }
-      if (!s.ok()) spdlog::warn("deliveries stopped: their raised delivery counts were not stored: {}", s.message());
+      if (!stored) spdlog::warn("deliveries stopped: their raised delivery counts were not stored: {}", s.message());
     });
   }
   submit_moves(std::move(moves), std::move(plans));
@@ -279,8 +280,8 @@ void broker::impl::handle_ack(const connection_ptr& c, const frame& f, bool posi
   // Removals only (an ACK outside a transaction) and no receipt asked for: nothing waits on them.
   if (positive && !branch && !b.empty() && !f.find("receipt")) {
     defer_ack(std::move(b), [this, c, release = std::move(release)](const storage::status& s) mutable {
+      if (!s.ok()) error(*c, "acknowledgement not stored: " + s.message());  // first: see receipt_after
       release(s.ok());
-      if (!s.ok()) error(*c, "acknowledgement not stored: " + s.message());
     });
   } else {
     receipt_after(c, f, std::move(b), "acknowledgement", std::move(release));

@@ -108,7 +108,9 @@ class queue {
   // batch that writes for the queue carries its record again (broker::impl::persist_queue_record).
   std::string storage_key;
   bool record_durable = false;
-  bool dropping = false;  // a durable subscription whose end is being stored (finish_drop)
+  bool dropping = false;  // its removal is being stored (finish_drop, finish_auto_delete)
+  // When it was last seen empty with no consumer (steady clock, ms); 0 while in use.
+  std::int64_t unused_since_ms = 0;
 
   queue_counters counters;
 

@@ -70,8 +70,11 @@ queue_ptr broker::impl::find_or_create_queue(const std::string& name, storage::b
   std::string key = "q/" + name;
   auto it = queues.find(key);
   if (it != queues.end()) {
-    persist_queue_record(it->second, b);  // a no-op once its record is durable
-    return it->second;
+    queue_ptr& q = it->second;
+    q->unused_since_ms = 0;
+    q->dropping = false;           // an auto-delete in flight: the queue stays (auto_delete.cpp)
+    persist_queue_record(q, b);  // a no-op once its record is durable
+    return q;
   }
   auto q = std::make_shared<queue>(next_queue_id++, name, queue::kind::queue, "", &store, config.queue_memory_window);
   q->storage_key = key;
