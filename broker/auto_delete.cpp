@@ -47,11 +47,14 @@ bool broker::impl::in_use(const queue_ptr& q) {
 }
 
 void broker::impl::sweep_unused_queues() {
-  std::set<std::string> named;  // expiry and dead letter addresses stay
+  std::set<std::string> named;  // expiry and dead letter addresses stay ("NAME" or "/queue/NAME")
+  auto keep = [&](const std::optional<std::string>& address) {
+    if (!address || address->empty() || address->rfind("/topic/", 0) == 0) return;
+    named.insert(address->rfind("/queue/", 0) == 0 ? address->substr(7) : *address);
+  };
   for (const auto& e : config.address_settings) {
-    if (e.expiry_address && e.expiry_address->rfind("/queue/", 0) == 0) named.insert(e.expiry_address->substr(7));
-    if (e.dead_letter_address && e.dead_letter_address->rfind("/queue/", 0) == 0)
-      named.insert(e.dead_letter_address->substr(7));
+    keep(e.expiry_address);
+    keep(e.dead_letter_address);
   }
   std::int64_t now = steady_ms();
   std::vector<queue_ptr> doomed;
