@@ -164,13 +164,18 @@ class Broker:
         if self._reader is not None:
             self._reader.join(5)
 
-    def kill9(self):
-        """SIGKILL: no chance to flush or clean up; the process is reaped."""
+    def kill9(self, check=True):
+        """SIGKILL: no chance to flush or clean up; the process is reaped. Then `escrow check` on
+        the store it left (check=False for a test that inspects a store it broke on purpose):
+        every SIGKILL of the suite also proves the store consistent."""
         assert self.running(), "escrowd is not running:\n" + self.log
         self.expect_exit = True
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
         self._reader.join(5)
+        data_dir = self.data_dir if self.data_dir is not None else self.workdir / "escrow-data"
+        if check and (Path(data_dir) / "data.mdb").exists():
+            check_store(data_dir)
         return self.proc.returncode
 
     def terminate(self, timeout=None):
