@@ -3,9 +3,10 @@ refused through the fault-injection seam (ESCROW_FAULTS, test builds only: stora
 storage/fault_injection.h), a failed sync, a map that grows, and the storage.max-size cap. Each test
 checks what a client relies on, and ends with `escrow check` on the data directory after SIGKILL.
 
-Counting commits: a new store's first start commits once (the DLQ and ExpiryQueue records) before
-any client work, so the first client write is commit 2. Each test waits for every answer before the
-next write, so that each write is a group commit of its own and the k-th commit is known."""
+Counting commits: a new store's first start commits once (the DLQ and ExpiryQueue records; the
+broker submits that batch at open without waiting for it, so faulty_broker waits for it), and the
+first client write is commit 2. Each test waits for every answer before the next write, so that
+each write is a group commit of its own and the k-th commit is known."""
 
 import json
 import os
