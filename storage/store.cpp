@@ -499,7 +499,9 @@ int store::impl::write_group(std::vector<pending_batch>& group, std::uint64_t& a
 void store::impl::fail_for_good(const status& why, std::vector<pending_batch>& unsynced,
                                 std::vector<pending_batch>& group) {
   failed = true;
-  status s(status::code::failed, why.message() + "; the store refuses every write until escrowd restarts");
+  status s(status::code::failed, why.message() + "; whether this write reached the disk is unknown (it may be "
+                                                "there after a restart); the store refuses every write until "
+                                                "escrowd restarts");
   spdlog::critical("storage: {} ({} batches waiting for a sync are reported as not stored; docs/storage.md, "
                    "\"When a write fails\")",
                    s.message(), unsynced.size() + group.size());
