@@ -92,6 +92,8 @@ std::pair<storage::batch, std::function<void(const storage::status&)>> broker::i
 std::function<void(const storage::status&)> broker::impl::confirm_records(
     const storage::batch& b, std::function<void(const storage::status&)> done) {
   std::vector<queue_ptr> carried;
+  // Queues whose record became durable meanwhile (another batch carried it) need no tracking.
+  std::erase_if(records_carried, [](const queue_ptr& q) { return q->record_durable; });
   storage::batch::decode(b.rep(), [&](storage::batch::op o, storage::table t, std::string_view key, std::string_view) {
     if (o != storage::batch::op::put || t != storage::table::queues) return;
     auto it = std::find_if(records_carried.begin(), records_carried.end(),
