@@ -94,6 +94,7 @@ std::function<void(const storage::status&)> broker::impl::confirm_records(
   std::vector<queue_ptr> carried;
   // Queues whose record became durable meanwhile (another batch carried it) need no tracking.
   std::erase_if(records_carried, [](const queue_ptr& q) { return q->record_durable; });
+  if (records_carried.empty()) return done;
   storage::batch::decode(b.rep(), [&](storage::batch::op o, storage::table t, std::string_view key, std::string_view) {
     if (o != storage::batch::op::put || t != storage::table::queues) return;
     auto it = std::find_if(records_carried.begin(), records_carried.end(),
