@@ -114,12 +114,14 @@ void broker::impl::plan_copy(const queue_ptr& q, queue_entry e, move_reason reas
   plans.push_back(std::move(plan));
 }
 
-void broker::impl::submit_moves(storage::batch b, std::vector<move_plan> plans, std::function<void(bool)> then) {
+void broker::impl::submit_moves(storage::batch b, std::vector<move_plan> plans,
+                                std::function<void(const storage::status&)> then) {
   if (plans.empty() && b.empty()) {
-    if (then) then(true);
+    if (then) then(storage::status{});
     return;
   }
-  auto finish = [this, plans = std::move(plans), then = std::move(then)](bool stored) mutable {
+  auto finish = [this, plans = std::move(plans), then = std::move(then)](const storage::status& s) mutable {
+    bool stored = s.ok();
     std::vector<queue_ptr> touched;
     for (auto& p : plans) {
       p.from->release_hold(p.old.key);
@@ -145,17 +147,17 @@ void broker::impl::submit_moves(storage::batch b, std::vector<move_plan> plans, 
       touched.push_back(p.from);
     }
     for (auto& q : touched) dispatch(q);
-    if (then) then(stored);
+    if (then) then(s);
   };
   // Never run it in the caller's turn: the caller may be iterating the consumers or deliveries
   // that publishing would change.
   if (b.empty()) return post([this, finish = std::move(finish)]() mutable {
-    finish(true);
+    finish(storage::status{});
     flush();
   });
   submit(std::move(b), [finish = std::move(finish)](const storage::status& s) mutable {
     if (!s.ok()) spdlog::error("moving messages out of their queues: {}; they stay where they were", s.message());
-    finish(s.ok());
+    finish(s);
   });
 }
 
