@@ -199,10 +199,13 @@ std::string sweep_json(const queue_sweep& s) {
   return j.str();
 }
 
-// "purged 3000 of the 20000 messages in orders when the purge began".
+// "purged 3000 of the 20000 messages in orders when the purge began". (Just after a start the
+// depth may not be counted yet: then it is left out.)
 std::string progress(const queue_sweep& s) {
-  return std::string(past(s)) + " " + std::to_string(s.handled) + " of the " + std::to_string(s.depth_at_start) +
-         " messages in " + s.from->name() + " when the " + verb(s) + " began";
+  std::string did = std::string(past(s)) + " " + std::to_string(s.handled);
+  if (s.depth_at_start < s.handled) return did + " messages of " + s.from->name();
+  return did + " of the " + std::to_string(s.depth_at_start) + " messages in " + s.from->name() + " when the " +
+         verb(s) + " began";
 }
 
 // The answer when the store refused a slice: what was done before it, and that the rest stays.
@@ -222,8 +225,8 @@ std::optional<admin_outcome> broker::impl::sweep_running(const queue& q) const {
   const queue_sweep& s = *it->second;
   return admin_outcome{"refused",
                        "a " + std::string(verb(s)) + " of " + q.name() + " is already running (" +
-                           std::to_string(s.handled) + " of " + std::to_string(s.depth_at_start) + " messages " +
-                           past(s) + " so far, started " + fmt::format("{:.1f}", seconds_since(s.started)) +
+                           std::to_string(s.handled) + " messages " + past(s) + " so far, started " +
+                           fmt::format("{:.1f}", seconds_since(s.started)) +
                            " s ago): wait for its answer, then try again",
                        {}};
 }
