@@ -344,7 +344,8 @@ void broker::impl::move_slice(const sweep_ptr& s, std::vector<sweep_page_entry> 
       ++held;
       continue;
     }
-    plan_copy(from, std::move(*t), move_reason::moved_by_operator, targets, s->destination, b, plans, false);
+    // In bulk: each message is logged at debug level only, the move logs its totals (end_sweep).
+    plan_copy(from, std::move(*t), move_reason::moved_by_operator, targets, s->destination, b, plans, true);
   }
   std::size_t moved = plans.size();
   submit_moves(std::move(b), std::move(plans), [this, s, moved, held](const storage::status& st) {

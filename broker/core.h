@@ -79,7 +79,8 @@ enum class move_reason { expired, max_delivery_attempts, moved_by_operator };
 // batch that moves it is durable, `to` is published; if the store refuses, `old` goes back.
 struct move_plan {
   move_reason reason;
-  bool by_reaper;  // logged per message only at debug level (the reaper logs each pass)
+  bool in_bulk;  // part of a reaper pass or an operator's move: logged per message only at debug
+                 // level (the pass or the move logs its totals)
   queue_ptr from;
   queue_entry old;
   std::vector<std::pair<queue_ptr, queue_entry>> to;
@@ -331,10 +332,10 @@ struct broker::impl {
   bool dead_letter_due(const queue_ptr& q, const queue_entry& e);
   // Adds to `b` the move of held entry `e` (message loaded) out of `q` for `reason`, and its plan.
   void plan_move(const queue_ptr& q, queue_entry e, move_reason reason, storage::batch& b,
-                 std::vector<move_plan>& plans, bool by_reaper = false);
+                 std::vector<move_plan>& plans, bool in_bulk = false);
   // The same to the queues `targets` (not empty): removes the entry and stores one copy for them.
   void plan_copy(const queue_ptr& q, queue_entry e, move_reason reason, const std::vector<queue_ptr>& targets,
-                 const std::string& destination, storage::batch& b, std::vector<move_plan>& plans, bool by_reaper);
+                 const std::string& destination, storage::batch& b, std::vector<move_plan>& plans, bool in_bulk);
   // Submits `b` and carries out `plans` once it is durable (or undoes them if refused); then
   // `then(status)` when given, with the store's answer (ok when there was nothing to write).
   void submit_moves(storage::batch b, std::vector<move_plan> plans,
