@@ -9,8 +9,6 @@
 
 namespace escrow::broker {
 
-namespace {
-
 bool read_record(const storage::store& s, const storage::entry_key& key, std::string_view value,
                  storage::message_record& out) {
   if (value.size() > 4) return storage::decode_inline_message(value, out);
@@ -18,8 +16,6 @@ bool read_record(const storage::store& s, const storage::entry_key& key, std::st
   if (!s.get(storage::table::messages, storage::message_key(key.message_id), bytes).ok()) return false;
   return storage::message_record::decode(bytes, out);
 }
-
-}  // namespace
 
 storage::status read_stored_entries(const storage::store& s, std::uint32_t queue_id, std::size_t limit,
                                     bool with_messages, std::vector<stored_entry>& out) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "escrow/storage/schema.h"
@@ -21,6 +22,11 @@ struct stored_entry {
   storage::message_record record;    // filled when asked for and readable
   bool readable = false;             // the record was asked for and decoded
 };
+
+// The message of the stored entry `key` whose value is `value`: decoded from the value when the
+// message is stored inline in it, else read from the messages table. False when it does not decode.
+bool read_record(const storage::store& s, const storage::entry_key& key, std::string_view value,
+                 storage::message_record& out);
 
 // The stored entries of queue `queue_id` in queue order, at most `limit` (0: all). With
 // `with_messages`, each entry's message record is read too.

@@ -79,7 +79,8 @@ enum class move_reason { expired, max_delivery_attempts, moved_by_operator };
 // batch that moves it is durable, `to` is published; if the store refuses, `old` goes back.
 struct move_plan {
   move_reason reason;
-  bool by_reaper;  // logged per message only at debug level (the reaper logs each pass)
+  bool in_bulk;  // part of a reaper pass or an operator's move: logged per message only at debug
+                 // level (the pass or the move logs its totals)
   queue_ptr from;
   queue_entry old;
   std::vector<std::pair<queue_ptr, queue_entry>> to;
@@ -98,9 +99,41 @@ struct undelivered_counters {
 struct admin_outcome {
   std::string status = "ok";  // ok, not-found, refused, invalid
   std::string message;        // set when status is not ok
-  std::string json;           // the body when ok
+  std::string json;           // the body when ok (a purge or move cut short also says what it did)
 };
 using admin_done = std::function<void(admin_outcome)>;
+
+// An `escrow purge` or `escrow move` under way over one queue (admin_messages.cpp). It goes through
+// the queue's stored entries in key order, one slice per core turn, and starts the next slice only
+// once the previous one's batch is stored, so memory stays bounded and other connections are
+// served between slices.
+struct queue_sweep {
+  enum class kind { purge, move };
+  kind what = kind::purge;
+  queue_ptr from;                // the queue emptied
+  std::uint64_t id_limit = 0;    // only messages with a lower id (in the queue when it began)
+  std::string next;              // the encoded entry key the next slice reads from
+  bool at_end = false;           // the last slice has been read
+  std::uint64_t depth_at_start = 0;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  // A move's destination as resolve_destination() takes it, and its optional _HQ_ORIG_ADDRESS filter.
+  std::string destination;
+  std::optional<std::string> filter;
+  // Totals of the slices stored so far.
+  std::size_t handled = 0;  // purged or moved
+  std::size_t held = 0;     // held when the cursor passed them (in flight, in a branch): left alone
+  std::size_t slices = 0;   // slices read
+  admin_done done;          // the operator's answer, once the sweep ends
+};
+using sweep_ptr = std::shared_ptr<queue_sweep>;
+
+// One stored entry a slice of a sweep read: its key, its stored delivery count and, for a move,
+// its whole stored value (the message, when it is stored inline).
+struct sweep_page_entry {
+  storage::entry_key key;
+  std::uint32_t delivery_count = 0;
+  std::string value;
+};
 
 // A SEND, validated and routed: the message and its entry in each target queue.
 struct routed_message {
@@ -203,6 +236,16 @@ struct broker::impl {
   admin_outcome admin_browse(const frame& f) const;
   void admin_purge(const frame& f, admin_done done);
   void admin_move(const frame& f, admin_done done);
+  // Purges and moves in slices (admin_messages.cpp). At most one runs per queue, by source queue id.
+  std::unordered_map<std::uint32_t, sweep_ptr> sweeps;
+  // The refusal for a second purge or move of `q` while one runs; nullopt when none runs.
+  std::optional<admin_outcome> sweep_running(const queue& q) const;
+  void start_sweep(sweep_ptr s);               // registers it and runs its first slice now
+  void sweep_slice(const sweep_ptr& s);        // reads the next page, submits its batch
+  void purge_slice(const sweep_ptr& s, std::vector<sweep_page_entry> page);
+  void move_slice(const sweep_ptr& s, std::vector<sweep_page_entry> page);
+  void next_sweep_slice(const sweep_ptr& s);   // posts the next slice, or ends the sweep
+  void end_sweep(const sweep_ptr& s, admin_outcome o);  // unregisters it and answers the operator
   admin_outcome admin_connections() const;
   admin_outcome admin_subscriptions() const;
   void admin_subscription_delete(const frame& f, admin_done done);
@@ -295,13 +338,14 @@ struct broker::impl {
   bool dead_letter_due(const queue_ptr& q, const queue_entry& e);
   // Adds to `b` the move of held entry `e` (message loaded) out of `q` for `reason`, and its plan.
   void plan_move(const queue_ptr& q, queue_entry e, move_reason reason, storage::batch& b,
-                 std::vector<move_plan>& plans, bool by_reaper = false);
+                 std::vector<move_plan>& plans, bool in_bulk = false);
   // The same to the queues `targets` (not empty): removes the entry and stores one copy for them.
   void plan_copy(const queue_ptr& q, queue_entry e, move_reason reason, const std::vector<queue_ptr>& targets,
-                 const std::string& destination, storage::batch& b, std::vector<move_plan>& plans, bool by_reaper);
+                 const std::string& destination, storage::batch& b, std::vector<move_plan>& plans, bool in_bulk);
   // Submits `b` and carries out `plans` once it is durable (or undoes them if refused); then
-  // `then(stored)` when given.
-  void submit_moves(storage::batch b, std::vector<move_plan> plans, std::function<void(bool stored)> then = {});
+  // `then(status)` when given, with the store's answer (ok when there was nothing to write).
+  void submit_moves(storage::batch b, std::vector<move_plan> plans,
+                    std::function<void(const storage::status&)> then = {});
   // One pass of the expiry reaper from index key `from`; continues in a later turn if cut short.
   void reap(std::string from = {});
   void schedule_reaper();

@@ -39,7 +39,7 @@ bool broker::impl::dead_letter_due(const queue_ptr& q, const queue_entry& e) {
 }
 
 void broker::impl::plan_move(const queue_ptr& q, queue_entry e, move_reason reason, storage::batch& b,
-                             std::vector<move_plan>& plans, bool by_reaper) {
+                             std::vector<move_plan>& plans, bool in_bulk) {
   const address_settings& s = settings_for(q->address());
   bool expiry = reason == move_reason::expired;
   const std::string& address = expiry ? s.expiry_address : s.dead_letter_address;
@@ -57,20 +57,20 @@ void broker::impl::plan_move(const queue_ptr& q, queue_entry e, move_reason reas
                  q->name(), m.id, expiry ? "expired" : "reached max-delivery-attempts",
                  destination.empty() ? "no address is configured" : "nothing listens to " + destination,
                  expiry ? "expiry-address" : "dead-letter-address");
-    plans.push_back(move_plan{reason, by_reaper, q, std::move(e), {}});
+    plans.push_back(move_plan{reason, in_bulk, q, std::move(e), {}});
     return;
   }
   ++(expiry ? undelivered.expired : undelivered.dead_lettered);
-  plan_copy(q, std::move(e), reason, targets, destination, b, plans, by_reaper);
+  plan_copy(q, std::move(e), reason, targets, destination, b, plans, in_bulk);
 }
 
 void broker::impl::plan_copy(const queue_ptr& q, queue_entry e, move_reason reason,
                              const std::vector<queue_ptr>& targets, const std::string& destination,
-                             storage::batch& b, std::vector<move_plan>& plans, bool by_reaper) {
+                             storage::batch& b, std::vector<move_plan>& plans, bool in_bulk) {
   if (e.stored) storage::erase_entry(b, e.key);
   const message& m = *e.msg;
   bool expiry = reason == move_reason::expired;
-  move_plan plan{reason, by_reaper, q, std::move(e), {}};
+  move_plan plan{reason, in_bulk, q, std::move(e), {}};
 
   auto copy = std::make_shared<message>();
   copy->id = next_message_id++;
@@ -114,12 +114,14 @@ void broker::impl::plan_copy(const queue_ptr& q, queue_entry e, move_reason reas
   plans.push_back(std::move(plan));
 }
 
-void broker::impl::submit_moves(storage::batch b, std::vector<move_plan> plans, std::function<void(bool)> then) {
+void broker::impl::submit_moves(storage::batch b, std::vector<move_plan> plans,
+                                std::function<void(const storage::status&)> then) {
   if (plans.empty() && b.empty()) {
-    if (then) then(true);
+    if (then) then(storage::status{});
     return;
   }
-  auto finish = [this, plans = std::move(plans), then = std::move(then)](bool stored) mutable {
+  auto finish = [this, plans = std::move(plans), then = std::move(then)](const storage::status& s) mutable {
+    bool stored = s.ok();
     std::vector<queue_ptr> touched;
     for (auto& p : plans) {
       p.from->release_hold(p.old.key);
@@ -132,7 +134,7 @@ void broker::impl::submit_moves(storage::batch b, std::vector<move_plan> plans, 
         const char* why = p.reason == move_reason::expired               ? "expired"
                           : p.reason == move_reason::max_delivery_attempts ? "reached max-delivery-attempts"
                                                                            : "moved by an operator";
-        spdlog::log(p.by_reaper ? spdlog::level::debug : spdlog::level::info,
+        spdlog::log(p.in_bulk ? spdlog::level::debug : spdlog::level::info,
                     "queue {}: message {} {}; moved to {} as message {}", p.from->name(), p.old.key.message_id, why,
                     copy.record.destination, copy.id);
         publish(p.to);
@@ -145,17 +147,17 @@ void broker::impl::submit_moves(storage::batch b, std::vector<move_plan> plans, 
       touched.push_back(p.from);
     }
     for (auto& q : touched) dispatch(q);
-    if (then) then(stored);
+    if (then) then(s);
   };
   // Never run it in the caller's turn: the caller may be iterating the consumers or deliveries
   // that publishing would change.
   if (b.empty()) return post([this, finish = std::move(finish)]() mutable {
-    finish(true);
+    finish(storage::status{});
     flush();
   });
   submit(std::move(b), [finish = std::move(finish)](const storage::status& s) mutable {
     if (!s.ok()) spdlog::error("moving messages out of their queues: {}; they stay where they were", s.message());
-    finish(s.ok());
+    finish(s);
   });
 }
 

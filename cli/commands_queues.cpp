@@ -1,6 +1,7 @@
 // escrow queues, queue show, browse, purge, move.
 #include <unistd.h>
 
+#include <chrono>
 #include <iostream>
 
 #include "admin_call.h"
@@ -9,6 +10,11 @@
 #include "output.h"
 
 namespace escrow::cli {
+
+namespace {
+// How long purge and move wait for their answer: the broker answers once the whole queue is done.
+constexpr std::chrono::seconds kSweepTimeout = std::chrono::hours(24);
+}  // namespace
 
 void run_queues(const settings& s, const output_options& o) {
   admin_answer a = admin_call(s, "queues");
@@ -73,7 +79,9 @@ void run_purge(const settings& s, const output_options& o, const std::string& na
     std::getline(std::cin, answer);
     if (answer != name) throw failure(exit_failed, "not confirmed: nothing was purged");
   }
-  admin_answer a = admin_call(s, "purge", {{"name", name}});
+  // A purge goes through the queue in slices and answers when it is done: on a long queue that
+  // takes longer than the usual timeout.
+  admin_answer a = admin_call(s, "purge", {{"name", name}}, kSweepTimeout);
   if (print_json(o, a)) return;
   std::cout << "purged " << count_of(number(a.json, "purged"), "message") << " from " << text(a.json, "queue");
   if (auto held = number(a.json, "held_left"))
@@ -85,7 +93,7 @@ void run_move(const settings& s, const output_options& o, const std::string& fro
               const std::string& filter) {
   admin_args args{{"from", from}, {"to", to}};
   if (!filter.empty()) args.emplace_back("filter", filter);
-  admin_answer a = admin_call(s, "move", args);
+  admin_answer a = admin_call(s, "move", args, kSweepTimeout);
   if (print_json(o, a)) return;
   std::cout << "moved " << count_of(number(a.json, "moved"), "message") << " from " << text(a.json, "from") << " to "
             << text(a.json, "to");
