@@ -293,6 +293,8 @@ void broker::impl::admin_subscription_delete(const frame& f, admin_done done) {
     return done({"not-found", "no durable subscription '" + name + "' of client '" + client +
                                   "' (escrow subscriptions lists them)", {}});
   queue_ptr q = it->second;
+  if (q->dropping)
+    return done({"refused", "durable subscription " + q->name() + " is being ended already: wait for that answer", {}});
   if (!q->consumers().empty())
     return done({"refused", "durable subscription " + q->name() +
                                 " has an active consumer: it must disconnect (or unsubscribe) first", {}});

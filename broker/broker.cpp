@@ -31,7 +31,12 @@ constexpr std::string_view kServerName = "escrow/0.1.0";
 
 broker::impl::impl(asio::io_context& io, storage::store& s, const broker_config& c)
     : store(s), config(c), rm(std::chrono::milliseconds(c.branch_timeout_ms)) {
-  rm.set_queue_exists([this](std::uint32_t id) { return queues_by_id.count(id) != 0; });
+  // A subscription being ended takes no more entries: if its end is stored they would be orphans
+  // (and if it is refused, it misses them, as it misses the topic's messages meanwhile).
+  rm.set_queue_exists([this](std::uint32_t id) {
+    auto it = queues_by_id.find(id);
+    return it != queues_by_id.end() && !it->second->dropping;
+  });
   auto strand = asio::make_strand(io);
   post = [strand](std::function<void()> fn) { asio::post(strand, std::move(fn)); };
   timers.reset(new core_timers{asio::steady_timer(strand), asio::steady_timer(strand), asio::steady_timer(strand),

@@ -128,7 +128,8 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
   // consumer): DESIGN.md invariant 8.
   receipt_after(c, f, std::move(b), "durable subscription", [this, created](bool stored) {
     auto it = queues.find(created->storage_key);
-    if (it == queues.end() || it->second != created) return;  // ended meanwhile
+    // Ended meanwhile (its UNSUBSCRIBE came before this answer): it does not join its topic.
+    if (it == queues.end() || it->second != created || created->dropping) return;
     if (stored) {
       topics[created->topic()].subscriptions.push_back(created);
     } else {
@@ -180,10 +181,22 @@ void broker::impl::drop_durable_queue(const queue_ptr& q, storage::batch& b) {
 
 void broker::impl::finish_drop(const queue_ptr& q, bool stored) {
   q->dropping = false;
-  if (!stored) return topics[q->topic()].subscriptions.push_back(q);
   auto it = queues.find(q->storage_key);
-  if (it != queues.end() && it->second == q) queues.erase(it);
+  bool known = it != queues.end() && it->second == q;
+  if (!stored) {
+    // Back in its topic as it was, unless it never joined it (refused before it was stored).
+    if (!known || !q->record_durable) return;
+    auto& subs = topics[q->topic()].subscriptions;
+    if (std::find(subs.begin(), subs.end(), q) == subs.end()) subs.push_back(q);
+    return;
+  }
+  if (known) queues.erase(it);
   queues_by_id.erase(q->id());
+  auto t = topics.find(q->topic());
+  if (t != topics.end()) {
+    std::erase(t->second.subscriptions, q);
+    if (t->second.subscriptions.empty()) topics.erase(t);
+  }
 }
 
 void broker::impl::handle_unsubscribe(const connection_ptr& c, const frame& f) {
@@ -205,6 +218,8 @@ void broker::impl::handle_unsubscribe(const connection_ptr& c, const frame& f) {
   // UNSUBSCRIBE that names a durable subscription ends it for good, as Artemis and ActiveMQ do.
   if (name && !c->info.client_id.empty()) {
     auto q = queues.find(durable_key(c->info.client_id, *name));
+    if (q != queues.end() && q->second->dropping)  // an UNSUBSCRIBE of it is being stored already
+      return receipt_after(c, f, std::move(b));
     if (q != queues.end() && q->second->consumers().empty()) {
       queue_ptr doomed = q->second;
       drop_durable_queue(doomed, b);

@@ -25,7 +25,7 @@
 #include <iterator>
 #include <cstdio>
 #include <mutex>
-#include <shared_mutex>
+#include <shared_mutex>  // std::shared_lock
 #include <span>
 #include <thread>
 #include <vector>
@@ -69,6 +69,35 @@ int sync_directory(const std::string& dir) {
   return rc;
 }
 
+// Readers of the map against the committer that grows it (mdb_env_set_mapsize needs no transaction
+// open in the process). Any number of readers at once, on any thread (a snapshot is released on
+// another thread than the one that took it), reading again while they read (a scan's visitor may
+// call get); the remap happens in a moment with no reader, and readers wait only while it runs.
+// One atomic: the number of readers, or kRemapping. Usable with std::shared_lock and unique_lock.
+class map_readers {
+ public:
+  void lock_shared() {
+    for (;;) {
+      int n = state_.load(std::memory_order_relaxed);
+      if (n >= 0 && state_.compare_exchange_weak(n, n + 1, std::memory_order_acquire)) return;
+      if (n < 0) std::this_thread::yield();
+    }
+  }
+  void unlock_shared() { state_.fetch_sub(1, std::memory_order_release); }
+  void lock() {  // the committer, rarely: waits for a moment with no reader
+    for (;;) {
+      int idle = 0;
+      if (state_.compare_exchange_weak(idle, kRemapping, std::memory_order_acquire)) return;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  void unlock() { state_.store(0, std::memory_order_release); }
+
+ private:
+  static constexpr int kRemapping = -1;
+  std::atomic<int> state_{0};
+};
+
 struct pending_batch {
   batch work;
   store::completion done;
@@ -97,7 +126,7 @@ struct store::impl {
   std::atomic<bool> failed{false};
   // Shared by every read transaction, exclusive while the committer grows the map: LMDB may remap
   // only while no transaction of this process is open (mdb_env_set_mapsize).
-  mutable std::shared_mutex map_lock;
+  mutable map_readers map_lock;
   std::atomic<std::uint64_t> map_grows{0};
   fault_plan faults;          // committer thread only; empty unless a test asked for faults
   bool refusing = false;      // committer only: the last group was refused (logged once)
@@ -771,7 +800,7 @@ status store::scan(table t, std::string_view from, std::string_view prefix, cons
 
 store::read_snapshot::~read_snapshot() {
   mdb_txn_abort(static_cast<MDB_txn*>(txn_));
-  static_cast<std::shared_mutex*>(lock_)->unlock_shared();
+  static_cast<map_readers*>(lock_)->unlock_shared();
 }
 
 status store::snapshot(std::unique_ptr<read_snapshot>& out) const {

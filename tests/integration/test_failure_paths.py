@@ -761,3 +761,26 @@ def test_fault_loop(broker_factory, stomp_client, fault, ks):
         b.close()
     assert not failures, "\n".join(failures)
     assert time.monotonic() - started < 30 * SLOW
+
+
+def test_durable_subscription_ended_before_its_record_is_stored_takes_no_messages(broker, stomp_client, raw):
+    # SUBSCRIBE of a new durable subscription and its UNSUBSCRIBE in one write: both batches are in
+    # flight at once. The subscription must not join its topic when the SUBSCRIBE's batch completes
+    # (it is being ended), or later SENDs would store entries for a queue whose record is gone.
+    topic = f"/topic/{unique('short')}"
+    cid = unique("cid")
+    r = raw(broker)
+    r.connect(f"accept-version:1.2\nhost:localhost\nclient-id:{cid}\n")
+    r.send(frame_bytes("SUBSCRIBE", [("id", "s"), ("destination", topic), ("durable-subscription-name", "dur"),
+                                     ("receipt", "sub")]) +
+           frame_bytes("UNSUBSCRIBE", [("id", "s"), ("durable-subscription-name", "dur"), ("receipt", "unsub")]))
+    frames = [r.read_frame(), r.read_frame()]
+    assert [(f.command, f.headers.get("receipt-id")) for f in frames] == [("RECEIPT", "sub"), ("RECEIPT", "unsub")], \
+        frames
+    r.close()
+    p = stomp_client(broker)
+    for i in range(3):
+        p.send(topic, f"after-{i}")  # receipted: stored for nobody
+    assert (cid, "dur") not in durable_subscriptions(broker, stomp_client)
+    broker.kill9()  # and escrow check: no entry of a queue that does not exist
+    check_store(broker.data_dir)
