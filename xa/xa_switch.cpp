@@ -196,8 +196,11 @@ int open_rm(char* info, int rmid, long flags) {
   try {
     connection = client::connection::open(c);
   } catch (const client::error& e) {
+    // xa_open may answer only XA_OK, XAER_ASYNC, XAER_RMERR, XAER_INVAL or XAER_PROTO (XA.md):
+    // "cannot open the resource manager" is XAER_RMERR, whatever the reason; the last error says
+    // which, and a transaction manager retries xa_open later.
     bool unavailable = e.which() == client::error::kind::connection_lost || e.which() == client::error::kind::timeout;
-    return fail(unavailable ? XAER_RMFAIL : XAER_RMERR,
+    return fail(XAER_RMERR,
                 "xa_open: cannot open a connection to " + options->host + ":" + std::to_string(options->port) + ": " +
                     e.what() + (unavailable ? " (is escrowd running there? try again later)" : ""));
   }

@@ -24,6 +24,10 @@ void escrow_participant::reopen() {
   if (escrow_xa_connection(rmid_) != nullptr) return;
   associated_ = false;  // a dropped connection's association is gone with it
   int code = switch_->xa_open_entry(open_string_.data(), rmid_, TMNOFLAGS);
+  // xa_open says XAER_RMERR when the broker cannot be reached (the only failure code the XA
+  // specification gives it): a manager retries it later, as this one does.
+  if (code == XAER_RMERR) throw unavailable(std::string("xa_open on rmid ") + std::to_string(rmid_) + ": XAER_RMERR (" +
+                                            escrow_xa_last_error() + ")");
   if (code != XA_OK) raise(code, "xa_open", nullptr);
   ++generation_;
 }
