@@ -649,6 +649,20 @@ class Frame:
 _UNESCAPE = {b"\\r": b"\r", b"\\n": b"\n", b"\\c": b":", b"\\\\": b"\\"}
 
 
+def look(broker, stomp_client, q):
+    """The messages a fresh consumer finds in q, up to a sentinel, consuming none of them
+    (client-individual; only the sentinel is acknowledged, with a receipt)."""
+    p = stomp_client(broker)
+    c = stomp_client(broker)
+    before, _ = drain(c, q, p, ack="client-individual")
+    for m in c.messages:
+        if m.body.startswith("sentinel-"):
+            c.ack(m, receipt=True)
+    c.close()
+    p.close()
+    return before
+
+
 def _unescape(raw):
     return re.sub(rb"\\.", lambda m: _UNESCAPE.get(m.group(0), m.group(0)), raw)
 

@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from conftest import SLOW, TIMEOUT, drain, frame_bytes, new_xid, tool, unique, check_store
+from conftest import SLOW, TIMEOUT, check_store, drain, frame_bytes, look, new_xid, tool, unique
 
 ESCROW = tool("cli/escrow", "ESCROW_CLI")
 
@@ -75,20 +75,6 @@ def expect_error(client, rid, *needles):
         assert n in message, f"ERROR {message!r} does not say {n!r}"
     assert got.headers.get("receipt-id") == rid, dict(got.headers)
     return message
-
-
-def look(broker, stomp_client, q):
-    """The bodies a fresh consumer finds in q, up to a sentinel, consuming none of them
-    (client-individual; only the sentinel is acknowledged, with a receipt)."""
-    p = stomp_client(broker)
-    c = stomp_client(broker)
-    before, _ = drain(c, q, p, ack="client-individual")
-    for m in c.messages:
-        if m.body.startswith("sentinel-"):
-            c.ack(m, receipt=True)
-    c.close()
-    p.close()
-    return bodies(before)
 
 
 def admin(client, command, **headers):
@@ -157,7 +143,7 @@ def test_refused_first_send_to_a_new_queue_then_a_receipted_send_survives_sigkil
     p2.send(q, "kept")  # waits for its RECEIPT: commit 3, which carries the queue's record again
     p2.close()
     crash_and_check(b)
-    assert look(b, stomp_client, q) == ["kept"]
+    assert bodies(look(b, stomp_client, q)) == ["kept"]
     b.kill9()
     check_store(b.data_dir)
 
@@ -174,7 +160,7 @@ def test_refused_record_of_a_queue_made_by_a_non_persistent_send_then_a_receipte
     p.send(q, "kept")
     p.close()
     crash_and_check(b)
-    assert look(b, stomp_client, q) == ["kept"]
+    assert bodies(look(b, stomp_client, q)) == ["kept"]
     b.kill9()
     check_store(b.data_dir)
 
@@ -358,7 +344,7 @@ def test_refused_ack_gives_an_error_and_the_message_back(broker_factory, stomp_c
     assert bodies(c.messages) == ["acked-but-refused"], "handed again to the connection the ERROR closes"
     again = redelivered_to_a_new_consumer(b, stomp_client, q, "acked-but-refused")
     crash_and_check(b)
-    assert look(b, stomp_client, q) == []
+    assert bodies(look(b, stomp_client, q)) == []
     b.kill9()
     check_store(b.data_dir)
     # It was delivered once before (the refused ACK ends that delivery without an acknowledgement):
@@ -389,7 +375,7 @@ def test_disconnect_after_a_refused_ack_gets_no_receipt(broker_factory, stomp_cl
     assert "acknowledgement not stored" in rest[0].headers["message"], rest
     redelivered_to_a_new_consumer(b, stomp_client, q, "m")
     crash_and_check(b)
-    assert look(b, stomp_client, q) == []
+    assert bodies(look(b, stomp_client, q)) == []
     b.kill9()
     check_store(b.data_dir)
 
@@ -410,7 +396,7 @@ def test_refused_rollback_of_a_dropped_local_transaction_returns_the_message(bro
     redelivered_to_a_new_consumer(b, stomp_client, q, "consumed-in-tx")
     assert branches(b, stomp_client) == []
     crash_and_check(b)
-    assert look(b, stomp_client, q) == []
+    assert bodies(look(b, stomp_client, q)) == []
     assert branches(b, stomp_client) == []
     b.kill9()
     check_store(b.data_dir)
@@ -475,7 +461,7 @@ def test_failed_sync_refuses_every_write_until_restart(broker_factory, stomp_cli
 
     crash_and_check(b)  # restart without faults
     assert writable_metric(b) == 1
-    got = look(b, stomp_client, q)
+    got = bodies(look(b, stomp_client, q))
     receipted = [body for body, r in results if r == "RECEIPT"]
     # The SEND that met the failed sync may or may not be on disk (that is what a failed sync
     # means); the ones after it were never written.
@@ -609,8 +595,8 @@ def test_max_size_refuses_sends_but_not_acks_or_commits_and_sends_resume(broker_
         assert time.monotonic() < deadline, f"sends did not resume after draining: {r}"
         time.sleep(0.05)
     crash_and_check(b)
-    assert look(b, stomp_client, q) == ["resumed"]
-    assert look(b, stomp_client, q2) == ["prepared-before-full"]
+    assert bodies(look(b, stomp_client, q)) == ["resumed"]
+    assert bodies(look(b, stomp_client, q2)) == ["prepared-before-full"]
     b.kill9()
     check_store(b.data_dir)
 
@@ -751,7 +737,7 @@ def test_fault_loop(broker_factory, stomp_client, fault, ks):
         b.kill9()
         b.env = {}
         b.start()
-        present = look(b, stomp_client, q)
+        present = bodies(look(b, stomp_client, q))
         problems = w.check(present)
         if problems:
             failures.append(f"{spec}: {problems}; sends {w.sent}, acks {w.acked}, transaction {w.tx}, "

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import ESCROWD, SLOW, TIMEOUT, drain, new_xid, unique
+from conftest import ESCROWD, SLOW, TIMEOUT, drain, look, new_xid, unique
 
 
 def queue(prefix="crash"):
@@ -33,20 +33,6 @@ def recover_all(c):
     r = ok(c, "RECOVER", None, "TMSTARTRSCAN|TMENDRSCAN", count=100000)
     assert r.count == len(r.xids), r
     return r.xids
-
-
-def look(broker, stomp_client, q):
-    """The messages a fresh consumer finds in q, up to a sentinel, consuming none of them
-    (client-individual; only the sentinel is acknowledged)."""
-    p = stomp_client(broker)
-    c = stomp_client(broker)
-    before, _ = drain(c, q, p, ack="client-individual")
-    for m in c.messages:
-        if m.body.startswith("sentinel-"):
-            c.ack(m, receipt=True)
-    c.close()
-    p.close()
-    return before
 
 
 def preload(broker, stomp_client, q, payloads):
