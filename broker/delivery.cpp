@@ -250,7 +250,7 @@ void broker::impl::handle_ack(const connection_ptr& c, const frame& f, bool posi
     } else if (d.entry.stored) {
       d.source->counters.removed(d.source->counters.acknowledged);
       storage::erase_entry(b, d.entry.key);
-      removed.push_back(d);
+      removed.push_back(std::move(d));  // the map entry is erased just below
     } else {
       d.source->counters.removed(d.source->counters.acknowledged);
       d.source->release_hold(d.entry.key);
