@@ -312,7 +312,8 @@ def fill(raw, broker, destination, bodies):
 
 def consume_all(broker, destination):
     """The bodies of every message a new auto-ack consumer of `destination` gets, in order, up to a
-    sentinel sent after it subscribed. A raw socket: python3-stomp takes too long for 20,000."""
+    sentinel sent after it subscribed; it returns once their removal is durable. A raw socket:
+    python3-stomp takes too long for 20,000."""
     sentinel = unique("sentinel").encode()
     with socket.create_connection(broker.address, timeout=TIMEOUT) as sock:
         sock.sendall(frame_bytes("CONNECT", [("accept-version", "1.2"), ("host", "localhost")]) +
@@ -324,6 +325,15 @@ def consume_all(broker, destination):
             assert time.monotonic() < deadline, f"no sentinel from {destination} after {len(data)} bytes"
             chunk = sock.recv(1 << 20)
             assert chunk, f"the broker closed the connection: {bytes(data[-300:])!r}"
+            data += chunk
+        # Auto-acknowledged removals are written behind the deliveries; the DISCONNECT receipt
+        # comes only once every earlier write of the connection is durable, so a SIGKILL after
+        # consume_all cannot bring the consumed messages back.
+        sock.sendall(frame_bytes("DISCONNECT", [("receipt", "drained")]))
+        while b"receipt-id:drained" not in data:
+            assert time.monotonic() < deadline, f"no DISCONNECT receipt from {destination}"
+            chunk = sock.recv(1 << 20)
+            assert chunk, f"the broker closed the connection before the receipt: {bytes(data[-300:])!r}"
             data += chunk
     out = []
     for raw_frame in bytes(data).split(b"\0"):
