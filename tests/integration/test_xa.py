@@ -1117,8 +1117,8 @@ def test_drop_while_associated_makes_branch_rollback_only(broker, stomp_client, 
     if state == "suspended":
         ok(c, "END", x, "TMSUSPEND")
     c.drop()
-    time.sleep(0.3 * SLOW)
     d = stomp_client(broker)
+    wait_states(d, {x: "rollback-only"})  # the broker saw c go
     # Not idle: whoever asks first gets the rollback.
     expect(d, "PREPARE", x, None, "XA_RB*")
     assert recover_all(d) == []
@@ -1134,8 +1134,8 @@ def test_drop_while_associated_then_rollback_from_another_connection(broker, sto
     ok(c, "START", x)
     c.send(q, "never")
     c.drop()
-    time.sleep(0.3 * SLOW)
     d = stomp_client(broker)
+    wait_states(d, {x: "rollback-only"})  # the broker saw c go
     r = call(d, "ROLLBACK", x)
     assert r.result in {"XA_OK"} | RB_CODES, r
     assert contents(broker, stomp_client, q) == []
