@@ -72,9 +72,10 @@ def check_held_after_restart(broker, stomp_client, qin, qout, x):
     tm = stomp_client(broker)
     assert recover_all(tm) == [x]
     # The sends are invisible, the consumed messages are held: a consumer waiting a second gets
-    # only the two messages nobody acknowledged.
+    # only the two messages nobody acknowledged (waited for first: the second is for the others).
     watcher = stomp_client(broker)
     sub = watcher.subscribe(qin, ack="client-individual")
+    watcher.wait_messages(2, subscription=sub)
     time.sleep(1.0 * SLOW)
     got = [m for m in watcher.messages if m.headers.get("subscription") == sub]
     assert bodies(got) == ["in2", "in3"], "the prepared branch's consumed messages were redelivered"
