@@ -14,6 +14,7 @@
 #include "admin_json.h"
 #include "admin_store.h"
 #include "core.h"
+#include "durable_name.h"
 #include "escrow/storage/store.h"
 
 namespace escrow::broker {
@@ -266,11 +267,12 @@ admin_outcome broker::impl::admin_subscriptions() const {
   j.end_array().key("durable").begin_array();
   for (const auto& [key, q] : queues) {
     if (q->type() != queue::kind::durable_subscription) continue;
-    auto nul = key.find('\0');
+    durable_id d = parse_durable_key(key).value_or(durable_id{});
     j.begin_object()
         .field("name", q->name())
-        .field("client_id", key.substr(2, nul - 2))
-        .field("subscription", key.substr(nul + 1))
+        .field("client_id", d.client_id)
+        .field("subscription", d.name)
+        .field("user", d.owner)
         .field("topic", q->topic())
         .field("active", !q->consumers().empty())
         .field("depth", q->counters.depth > 0 ? q->counters.depth : 0)
@@ -285,14 +287,24 @@ void broker::impl::admin_subscription_delete(const frame& f, admin_done done) {
   std::string name(f.get("subscription"));
   if (client.empty() || name.empty())
     return done({"invalid", "subscription-delete needs the client-id and subscription headers", {}});
-  std::string key = "d/" + client;
-  key.push_back('\0');
-  key += name;
-  auto it = queues.find(key);
-  if (it == queues.end())
+  // Each user has a client-id namespace: without a user header, the one subscription of that
+  // client-id and name, whoever owns it.
+  std::vector<queue_ptr> found;
+  if (const std::string* user = f.find("user")) {
+    auto it = queues.find(durable_key({client, name, *user}));
+    if (it != queues.end()) found.push_back(it->second);
+  } else {
+    std::string prefix = durable_key({client, name, ""});
+    for (auto it = queues.lower_bound(prefix); it != queues.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
+      if (it->first.size() == prefix.size() || it->first[prefix.size()] == '\0') found.push_back(it->second);
+  }
+  if (found.empty())
     return done({"not-found", "no durable subscription '" + name + "' of client '" + client +
                                   "' (escrow subscriptions lists them)", {}});
-  queue_ptr q = it->second;
+  if (found.size() > 1)
+    return done({"invalid", std::to_string(found.size()) + " users have a durable subscription '" + name +
+                                "' of client '" + client + "': name the user (escrow subscription delete --owner)", {}});
+  queue_ptr q = found.front();
   if (q->dropping)
     return done({"refused", "durable subscription " + q->name() + " is being ended already: wait for that answer", {}});
   if (!q->consumers().empty())

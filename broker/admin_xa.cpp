@@ -18,9 +18,10 @@ admin_outcome broker::impl::admin_xa_list() const {
   };
   json_writer j;
   j.begin_object().key("branches").begin_array();
-  for (const auto& [x, b] : rm.branches()) {
+  for (const auto& [id, b] : rm.branches()) {
     j.begin_object()
-        .field("xid", x.to_string())
+        .field("xid", id.second.to_string())
+        .field("user", b->owner)
         .field("state", rm::to_string(b->state))
         .field("local", b->local)
         .field("created_ms", b->created_ms)
@@ -50,9 +51,11 @@ void broker::impl::admin_xa_decide(const connection_ptr& c, const frame& f, admi
   auto x = xid::parse(f.get("xid"), &xid_error);
   if (!x)
     return done({"invalid", f.has("xid") ? xid_error : command + " needs the xid header", {}});
-  auto it = rm.branches().find(*x);
+  auto target = owner_for_operator(*x, f.find("user"));
+  if (!target.problem.empty()) return done({"invalid", target.problem, {}});
+  auto it = rm.branches().find(rm::branch_id{target.user, *x});
   if (it == rm.branches().end())
-    return done({"not-found", "no branch " + x->to_string() + " (escrow xa list shows the branches the broker has)", {}});
+    return done({"not-found", "no branch " + target.name + " (escrow xa list shows the branches the broker has)", {}});
   rm::branch_ptr b = it->second;
   std::string state = rm::to_string(b->state);
   auto answer = [done = std::move(done), id = x->to_string(), command](int code, const std::string& refusal) {
@@ -65,8 +68,8 @@ void broker::impl::admin_xa_decide(const connection_ptr& c, const frame& f, admi
     if (!rm::is_heuristic(b->state))
       return answer(XAER_PROTO, "branch " + x->to_string() + " is " + state +
                                     ": only a heuristically completed branch can be forgotten");
-    spdlog::warn("operator forgets heuristically completed branch {}", x->to_string());
-    return carry_out(rm.call(rm::xa_verb::forget, c->id, *x, TMNOFLAGS),
+    spdlog::warn("operator forgets heuristically completed branch {}", target.name);
+    return carry_out(rm.call(rm::xa_verb::forget, c->id, *x, TMNOFLAGS, rm::caller{target.user}),
                      [answer, id = x->to_string()](int code) { answer(code, "forgetting " + id + " failed"); });
   }
   bool commit = command == "xa-commit";
@@ -74,8 +77,8 @@ void broker::impl::admin_xa_decide(const connection_ptr& c, const frame& f, admi
     return answer(XAER_PROTO, "branch " + x->to_string() + " is " + state +
                                   (b->busy ? " (a decision is being written)" : "") +
                                   ": only a prepared branch can be committed or rolled back heuristically");
-  spdlog::warn("operator decision: heuristic {} of prepared branch {}", commit ? "commit" : "rollback", x->to_string());
-  carry_out(rm.heuristic(*x, commit), [answer, id = x->to_string()](int code) {
+  spdlog::warn("operator decision: heuristic {} of prepared branch {}", commit ? "commit" : "rollback", target.name);
+  carry_out(rm.heuristic(*x, commit, target.user), [answer, id = x->to_string()](int code) {
     answer(code, "the decision on " + id + " was not stored; the branch stays prepared");
   });
 }

@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "core.h"
+#include "durable_name.h"
 #include "core_timers.h"
 #include "escrow/storage/coding.h"
 #include "escrow/storage/schema.h"
@@ -275,12 +276,13 @@ storage::status broker::open() {
     }
     bool is_sub = r.type == storage::queue_record::kind::durable_subscription;
     std::string name(k);
-    // "q/NAME" for a queue, "d/CLIENT-ID \0 NAME" for a durable subscription (docs/storage.md).
-    bool key_fits = name.size() > 2 && name.compare(0, 2, is_sub ? "d/" : "q/") == 0 &&
-                    (!is_sub || name.find('\0', 2) != std::string::npos);
+    // "q/NAME" for a queue, "d/CLIENT-ID \0 NAME [\0 USER]" for a durable subscription (docs/storage.md).
+    auto durable = is_sub ? parse_durable_key(name) : std::nullopt;
+    bool key_fits = is_sub ? durable.has_value() : name.size() > 2 && name.compare(0, 2, "q/") == 0;
     if (!key_fits) {
       bad = corrupt_record(table::queues, k,
-                           is_sub ? "a durable subscription's key is d/CLIENT-ID, NUL, NAME" : "a queue's key is q/NAME");
+                           is_sub ? "a durable subscription's key is d/CLIENT-ID, NUL, NAME (then NUL, USER when it has an owner)"
+                                  : "a queue's key is q/NAME");
       return false;
     }
     if (queue_ptr other = m.find_by_id(r.id)) {
@@ -288,11 +290,7 @@ storage::status broker::open() {
                                                  storage::printable_key(other->storage_key));
       return false;
     }
-    std::string display = name.substr(2);
-    if (is_sub) {
-      auto nul = display.find('\0');
-      if (nul != std::string::npos) display[nul] = '.';
-    }
+    std::string display = is_sub ? durable_display_name(*durable) : name.substr(2);
     auto q = std::make_shared<queue>(r.id, display, is_sub ? queue::kind::durable_subscription : queue::kind::queue,
                                      r.topic, &m.store, m.config.queue_memory_window);
     q->start_unloaded();

@@ -272,6 +272,20 @@ struct broker::impl {
   void apply_commit(const rm::branch_work& work);
   void apply_rollback(const rm::branch_work& work);
   void roll_back_locals(connection& c);
+  // The durable subscription `name` of c's client-id that c's user may resume or end: its own, or
+  // one without owner whose topic the user may consume (subscribe.cpp); null when none.
+  queue_ptr find_durable(const connection& c, const std::string& name);
+  // Who makes the XA calls of `c`: its user, and whether it may decide others' prepared branches.
+  rm::caller caller_of(const connection& c) const;
+  // The branch an operator means by `x` (and the `user` header, when given): its owner. Several
+  // users' branches with that xid and no user named: `problem` says so (code XAER_RMERR).
+  struct operator_target {
+    std::string user;
+    std::string name;  // "XID" or "XID of user U", for logs and answers
+    int code = 0;
+    std::string problem;
+  };
+  operator_target owner_for_operator(const xid& x, const std::string* user) const;
   void expire_branches();
   void schedule_expiry();
 

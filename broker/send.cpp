@@ -7,6 +7,7 @@
 #include <charconv>
 
 #include "core.h"
+#include "reserved_headers.h"
 #include "escrow/storage/coding.h"
 #include "escrow/storage/schema.h"
 #include "escrow/storage/store.h"
@@ -132,7 +133,12 @@ bool broker::impl::route(const connection_ptr& c, frame& f, routed_message& out,
   record.destination = *destination;
   record.timestamp = now_ms();
   for (auto& [name, value] : f.headers) {
-    if (is_server_header(name)) continue;
+    // What the broker writes itself, and what another tenant could forge, is not the sender's.
+    if (is_server_header(name) || is_reserved_header(name)) continue;
+    // RabbitMQ's rule: a user-id header names the user that logged in, or the SEND is refused.
+    if (name == "user-id" && auth && value != c->info.user)
+      return error(*c, "SEND's user-id header '" + value + "' is not the user this connection logged in as ('" +
+                           c->info.user + "'): leave it out or give your own login", &f), false;
     bool seen = false;  // a repeated header: the first occurrence wins
     for (auto& h : record.headers) seen = seen || h.first == name;
     if (!seen) record.headers.emplace_back(std::move(name), std::move(value));

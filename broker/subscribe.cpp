@@ -6,6 +6,7 @@
 #include <charconv>
 
 #include "core.h"
+#include "durable_name.h"
 #include "escrow/storage/schema.h"
 #include "escrow/storage/store.h"
 
@@ -19,13 +20,17 @@ const std::string* durable_name(const frame& f) {
   return nullptr;
 }
 
-std::string durable_key(const std::string& client_id, const std::string& name) {
-  std::string key = "d/" + client_id;
-  key.push_back('\0');
-  return key + name;
-}
-
 }  // namespace
+
+queue_ptr broker::impl::find_durable(const connection& c, const std::string& name) {
+  auto it = queues.find(durable_key({c.info.client_id, name, c.info.user}));
+  if (it != queues.end()) return it->second;
+  if (c.info.user.empty()) return nullptr;
+  // Stored before subscriptions had owners: whoever may consume its topic may resume or end it.
+  it = queues.find(durable_key({c.info.client_id, name, ""}));
+  if (it != queues.end() && holds_on(c, permission::consume, it->second->topic())) return it->second;
+  return nullptr;
+}
 
 void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
   const std::string* destination = f.find("destination");
@@ -81,26 +86,24 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
     if (const std::string* name = durable_name(f)) {
       if (c->info.client_id.empty())
         return error(*c, "a durable subscription needs a client-id header on CONNECT", &f);
-      std::string key = durable_key(c->info.client_id, *name);
-      auto it = queues.find(key);
-      if (it != queues.end()) {
-        if (it->second->dropping)
+      if (queue_ptr existing = find_durable(*c, *name)) {
+        if (existing->dropping)
           return error(*c, "durable subscription '" + *name + "' of client '" + c->info.client_id +
                                "' is being ended; subscribe again once its UNSUBSCRIBE is answered", &f);
-        if (it->second->topic() != topic_name)
+        if (existing->topic() != topic_name)
           return error(*c, "durable subscription '" + *name + "' of client '" + c->info.client_id + "' listens to /topic/" +
-                               it->second->topic() + "; unsubscribe it before reusing its name",
+                               existing->topic() + "; unsubscribe it before reusing its name",
                        &f);
-        if (!it->second->consumers().empty())
+        if (!existing->consumers().empty())
           return error(*c, "durable subscription '" + *name + "' of client '" + c->info.client_id +
                                "' already has an active consumer", &f);
-        sub->source = it->second;
+        sub->source = existing;
       } else {
         if (!permitted(*c, permission::create_durable_subscription, topic_name, &f)) return;
-        auto q = std::make_shared<queue>(next_queue_id++, c->info.client_id + "." + *name,
-                                         queue::kind::durable_subscription, topic_name, &store,
-                                         config.queue_memory_window);
-        q->storage_key = key;
+        durable_id d{c->info.client_id, *name, c->info.user};
+        auto q = std::make_shared<queue>(next_queue_id++, durable_display_name(d), queue::kind::durable_subscription,
+                                         topic_name, &store, config.queue_memory_window);
+        q->storage_key = durable_key(d);
         add_queue(q);
         persist_queue_record(q, b);
         sub->source = created = q;
@@ -216,12 +219,13 @@ void broker::impl::handle_unsubscribe(const connection_ptr& c, const frame& f) {
     return error(*c, "UNSUBSCRIBE names subscription id '" + id + "', which this connection does not have", &f);
   }
   // UNSUBSCRIBE that names a durable subscription ends it for good, as Artemis and ActiveMQ do.
+  // Only the user's own subscriptions: another user's client-id and name are a different one.
   if (name && !c->info.client_id.empty()) {
-    auto q = queues.find(durable_key(c->info.client_id, *name));
-    if (q != queues.end() && q->second->dropping)  // an UNSUBSCRIBE of it is being stored already
+    queue_ptr q = find_durable(*c, *name);
+    if (q && q->dropping)  // an UNSUBSCRIBE of it is being stored already
       return receipt_after(c, f, std::move(b));
-    if (q != queues.end() && q->second->consumers().empty()) {
-      queue_ptr doomed = q->second;
+    if (q && q->consumers().empty()) {
+      queue_ptr doomed = q;
       drop_durable_queue(doomed, b);
       source.reset();
       return receipt_after(c, f, std::move(b), "unsubscribe", [this, doomed](bool stored) { finish_drop(doomed, stored); });

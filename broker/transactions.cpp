@@ -155,9 +155,33 @@ void broker::impl::carry_out(rm::resource_manager::reply r, std::function<void(i
   });
 }
 
+broker::impl::operator_target broker::impl::owner_for_operator(const xid& x, const std::string* user) const {
+  operator_target t;
+  t.name = x.to_string();
+  if (user) {
+    t.user = *user;
+    if (!user->empty()) t.name += " of user " + *user;
+    return t;
+  }
+  auto all = rm.find_all(x);
+  if (all.size() == 1) {
+    t.user = all.front()->owner;
+    if (!t.user.empty()) t.name += " of user " + t.user;
+  } else if (all.size() > 1) {
+    t.code = XAER_RMERR;
+    t.problem = "xid " + x.to_string() + " names branches of " + std::to_string(all.size()) +
+                " users (escrow xa list shows them): name the user";
+  }
+  return t;
+}
+
+rm::caller broker::impl::caller_of(const connection& c) const {
+  return rm::caller{c.info.user, holds_globally(c, permission::admin)};
+}
+
 void broker::impl::roll_back_locals(connection& c) {
   for (auto& [name, b] : c.transactions) {
-    auto r = rm.call(rm::xa_verb::rollback, 0, b->id, TMNOFLAGS);
+    auto r = rm.call(rm::xa_verb::rollback, 0, b->id, TMNOFLAGS, rm::caller{b->owner});
     carry_out(std::move(r), [](int) {});
   }
   c.transactions.clear();
@@ -178,7 +202,7 @@ void broker::impl::handle_transaction(const connection_ptr& c, const frame& f) {
     if (c->transactions.count(*name))
       return error(*c, "BEGIN of transaction '" + *name + "', which this connection has already begun", &f);
     if (!may_start_branch(*c, &f)) return;
-    c->transactions.emplace(*name, rm.begin_local(c->id));
+    c->transactions.emplace(*name, rm.begin_local(c->id, c->info.user));
     return receipt(*c, f);
   }
   auto it = c->transactions.find(*name);
@@ -188,14 +212,17 @@ void broker::impl::handle_transaction(const connection_ptr& c, const frame& f) {
   c->transactions.erase(it);
   bool commit = f.command == "COMMIT";
   // A local transaction is a branch committed in one phase: the same commit path as XA.
-  auto r = commit ? rm.call(rm::xa_verb::commit, 0, b->id, TMONEPHASE) : rm.call(rm::xa_verb::rollback, 0, b->id, TMNOFLAGS);
+  rm::caller owner{b->owner};
+  auto r = commit ? rm.call(rm::xa_verb::commit, 0, b->id, TMONEPHASE, owner)
+                  : rm.call(rm::xa_verb::rollback, 0, b->id, TMNOFLAGS, owner);
   const std::string* receipt_header = f.find("receipt");
   std::optional<std::string> receipt_id = receipt_header ? std::optional<std::string>(*receipt_header) : std::nullopt;
   std::string command = f.command;
   carry_out(std::move(r), [this, c, b, receipt_id, command, name = *name](int code) {
     if (code != XA_OK) {
       // The commit was refused as a whole; the connection closes, so the work is rolled back.
-      if (rm.branches().count(b->id)) carry_out(rm.call(rm::xa_verb::rollback, 0, b->id, TMNOFLAGS), [](int) {});
+      if (rm.branches().count(rm::branch_id{b->owner, b->id}))
+        carry_out(rm.call(rm::xa_verb::rollback, 0, b->id, TMNOFLAGS, rm::caller{b->owner}), [](int) {});
       frame request{command, {}, {}};
       if (receipt_id) request.add("receipt", *receipt_id);
       return error(*c, command + " of transaction '" + name + "' failed: " + xa_result_name(code) +
@@ -224,8 +251,9 @@ void broker::impl::handle_xa(const connection_ptr& c, const frame& f) {
   auto flags = parse_xa_flags(f.get("flags"), &flag_error);
   if (!flags) return answer(XAER_INVAL, flag_error);
 
-  bool broker_wide = f.command == "XA-RECOVER" || f.command == "XA-HEURISTIC";
-  if (broker_wide && !permitted_globally(*c, permission::admin, &f)) return;
+  // XA-HEURISTIC is an operator's; XA-RECOVER lists a user's own branches, an admin's every user's.
+  if (f.command == "XA-HEURISTIC" && !permitted_globally(*c, permission::admin, &f)) return;
+  rm::caller who = caller_of(*c);
 
   if (f.command == "XA-RECOVER") {
     long count = 0;
@@ -234,7 +262,7 @@ void broker::impl::handle_xa(const connection_ptr& c, const frame& f) {
     if (ec != std::errc() || end != text.data() + text.size() || count < 0)
       return answer(XAER_INVAL, "invalid count header '" + std::string(text) + "': use a non-negative integer");
     std::vector<xid> found;
-    int n = rm.recover(c->id, count, *flags, found);
+    int n = rm.recover(c->id, count, *flags, found, who);
     if (n < 0) return answer(n, "recover scan: " + xa_flags_name(*flags) + " without an open scan or with flags it does not take");
     frame extra;
     extra.add("xa-count", std::to_string(n));
@@ -250,8 +278,10 @@ void broker::impl::handle_xa(const connection_ptr& c, const frame& f) {
     std::string_view outcome = f.get("outcome");
     if (outcome != "commit" && outcome != "rollback")
       return answer(XAER_INVAL, "invalid outcome header '" + std::string(outcome) + "': use commit or rollback");
-    spdlog::warn("operator decision: heuristic {} of prepared branch {}", outcome, x->to_string());
-    return carry_out(rm.heuristic(*x, outcome == "commit"), [answer](int code) { answer(code); });
+    auto owner = owner_for_operator(*x, f.find("user"));
+    if (!owner.problem.empty()) return answer(owner.code, owner.problem);
+    spdlog::warn("operator decision: heuristic {} of prepared branch {}", outcome, owner.name);
+    return carry_out(rm.heuristic(*x, outcome == "commit", owner.user), [answer](int code) { answer(code); });
   }
   auto verb = verb_of(f.command);
   if (!verb) return error(*c, "unknown XA frame " + f.command, &f);
@@ -262,10 +292,12 @@ void broker::impl::handle_xa(const connection_ptr& c, const frame& f) {
                                   " is reserved for the broker's local transactions");
   bool starts_branch = *verb == rm::xa_verb::start && !(*flags & (TMJOIN | TMRESUME));
   if (starts_branch && !may_start_branch(*c, &f)) return;
-  carry_out(rm.call(*verb, c->id, *x, *flags), [this, c, answer, starts_branch, x = *x](int code) {
+  auto r = rm.call(*verb, c->id, *x, *flags, who);
+  std::string problem = r.problem;
+  carry_out(std::move(r), [this, c, answer, starts_branch, id = rm::branch_id{who.user, *x}, problem](int code) {
     if (starts_branch && code == XA_OK)
-      if (auto b = rm.branches().find(x); b != rm.branches().end()) c->started_branches.push_back(b->second);
-    answer(code);
+      if (auto b = rm.branches().find(id); b != rm.branches().end()) c->started_branches.push_back(b->second);
+    answer(code, problem);
   });
 }
 

@@ -24,8 +24,9 @@ bool print_json(const output_options& o, const admin_answer& a);
 void run_status(const settings& s, const output_options& o);
 void run_connections(const settings& s, const output_options& o);
 void run_subscriptions(const settings& s, const output_options& o);
+// `owner` "": the one subscription with that client-id and name, whoever owns it.
 void run_subscription_delete(const settings& s, const output_options& o, const std::string& client_id,
-                             const std::string& name);
+                             const std::string& name, const std::string& owner);
 void run_backup(const settings& s, const output_options& o, const std::string& dir, bool compact);
 
 // commands_queues.cpp
@@ -40,7 +41,9 @@ void run_move(const settings& s, const output_options& o, const std::string& fro
 // commands_xa.cpp
 void run_xa_list(const settings& s, const output_options& o);
 // `decision`: "commit", "rollback" or "forget".
-void run_xa_decide(const settings& s, const output_options& o, const std::string& decision, const std::string& xid);
+// `owner` "": the broker picks the one branch with that xid (or says that several users have one).
+void run_xa_decide(const settings& s, const output_options& o, const std::string& decision, const std::string& xid,
+                   const std::string& owner);
 
 // check_config.cpp: no broker needed. Returns exit_ok or exit_failed.
 int run_check_config(const std::string& file, const output_options& o);

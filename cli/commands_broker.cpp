@@ -61,15 +61,18 @@ void run_subscriptions(const settings& s, const output_options& o) {
            text(x, "in_flight"), text(x, "depth")});
   t.print(std::cout);
   std::cout << "\ndurable subscriptions (DEPTH: messages waiting, how far behind it is)\n";
-  table d({"CLIENT-ID", "SUBSCRIPTION", "TOPIC", "ACTIVE", "DEPTH"});
+  table d({"CLIENT-ID", "SUBSCRIPTION", "USER", "TOPIC", "ACTIVE", "DEPTH"});
   for (const auto& x : array(a.json, "durable"))
-    d.add({text(x, "client_id"), text(x, "subscription"), text(x, "topic"), text(x, "active"), text(x, "depth")});
+    d.add({text(x, "client_id"), text(x, "subscription"), text(x, "user"), text(x, "topic"), text(x, "active"),
+           text(x, "depth")});
   d.print(std::cout);
 }
 
 void run_subscription_delete(const settings& s, const output_options& o, const std::string& client_id,
-                             const std::string& name) {
-  admin_answer a = admin_call(s, "subscription-delete", {{"client-id", client_id}, {"subscription", name}});
+                             const std::string& name, const std::string& owner) {
+  admin_args headers{{"client-id", client_id}, {"subscription", name}};
+  if (!owner.empty()) headers.emplace_back("user", owner);
+  admin_answer a = admin_call(s, "subscription-delete", headers);
   if (print_json(o, a)) return;
   std::cout << "deleted durable subscription " << text(a.json, "deleted") << " and its "
             << count_of(number(a.json, "messages"), "message") << "\n";

@@ -24,12 +24,12 @@ void run_xa_list(const settings& s, const output_options& o) {
     std::cout << a.body << "\n";
     return;
   }
-  table t({"XID", "STATE", "AGE", "SENT", "CONSUMED"});
+  table t({"XID", "USER", "STATE", "AGE", "SENT", "CONSUMED"});
   std::vector<std::string> details;
   for (const auto& b : array(a.json, "branches")) {
     std::string xid = text(b, "xid");
     if (b.at("local").as_bool()) xid += " (local)";
-    t.add({xid, text(b, "state"), age(b, "age_ms"), std::to_string(array(b, "sent").size()),
+    t.add({xid, text(b, "user"), text(b, "state"), age(b, "age_ms"), std::to_string(array(b, "sent").size()),
            std::to_string(array(b, "consumed").size())});
     for (const auto& m : array(b, "sent")) {
       std::string queues;
@@ -45,8 +45,11 @@ void run_xa_list(const settings& s, const output_options& o) {
   for (const auto& d : details) std::cout << d << "\n";
 }
 
-void run_xa_decide(const settings& s, const output_options& o, const std::string& decision, const std::string& xid) {
-  admin_answer a = admin_call(s, "xa-" + decision, {{"xid", xid}});
+void run_xa_decide(const settings& s, const output_options& o, const std::string& decision, const std::string& xid,
+                   const std::string& owner) {
+  admin_args headers{{"xid", xid}};
+  if (!owner.empty()) headers.emplace_back("user", owner);
+  admin_answer a = admin_call(s, "xa-" + decision, headers);
   if (decision != "forget") std::cerr << kHeuristicWarning;
   if (o.json) {
     std::cout << a.body << "\n";

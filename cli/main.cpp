@@ -69,11 +69,12 @@ int main(int argc, char** argv) {
      [&](const settings& s) { run_subscriptions(s, out); });
   auto* subscription = app.add_subcommand("subscription", "one durable subscription");
   subscription->require_subcommand(1);
-  std::string client_id;
+  std::string client_id, owner;
   auto* sub_delete = subscription->add_subcommand("delete", "end a durable subscription (no active consumer) and drop its messages");
   sub_delete->add_option("CLIENT-ID", client_id, "its client-id")->required();
   sub_delete->add_option("NAME", name, "its subscription name")->required();
-  on(sub_delete, [&](const settings& s) { run_subscription_delete(s, out, client_id, name); });
+  sub_delete->add_option("--owner", owner, "the user whose subscription it is, when users of several have this client-id and name");
+  on(sub_delete, [&](const settings& s) { run_subscription_delete(s, out, client_id, name, owner); });
 
   auto* xa = app.add_subcommand("xa", "transaction branches (in-doubt transactions)");
   xa->require_subcommand(1);
@@ -86,7 +87,8 @@ int main(int argc, char** argv) {
                            : std::string("heuristic ") + decision + " of a prepared branch (read the warning)";
     auto* sub = xa->add_subcommand(decision, help);
     sub->add_option("XID", xid, "formatID:gtrid-hex:bqual-hex, as escrow xa list prints it")->required();
-    on(sub, [&, decision](const settings& s) { run_xa_decide(s, out, decision, xid); });
+    sub->add_option("--owner", owner, "the user whose branch it is, when several users have a branch with this xid");
+    on(sub, [&, decision](const settings& s) { run_xa_decide(s, out, decision, xid, owner); });
   }
 
   std::string file;

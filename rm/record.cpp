@@ -28,6 +28,27 @@ bool get_u8(std::string_view& in, std::uint8_t& v) {
 
 }  // namespace
 
+std::string branch_key(const std::string& owner, const xid& id) {
+  if (owner.empty()) return id.encode();
+  std::string key = "u";
+  put_string(key, owner);
+  return key + id.encode();
+}
+
+bool decode_branch_key(std::string_view key, std::string& owner, xid& id) {
+  owner.clear();
+  if (!key.empty() && key.front() == 'u') {
+    key.remove_prefix(1);
+    std::string_view name;
+    if (!get_string(key, name) || name.empty()) return false;
+    owner = name;
+  }
+  auto x = xid::decode(key);
+  if (!x) return false;
+  id = *x;
+  return true;
+}
+
 std::string encode_record(const branch& b) {
   std::string out;
   out.push_back(1);

@@ -7,14 +7,18 @@
 namespace escrow::rm {
 
 std::string check_branch_record(std::string_view key, std::string_view value, storage::branch_refs& out) {
-  auto id = xid::decode(key);
-  if (!id) return "the key is not an xid (u32 formatID + 2^31, u8 gtrid length 1-64, gtrid, bqual 0-64 bytes)";
+  std::string owner;
+  xid id;
+  if (!decode_branch_key(key, owner, id))
+    return "the key is not a branch key (an xid: u32 formatID + 2^31, u8 gtrid length 1-64, gtrid, bqual 0-64 "
+           "bytes; or 'u', the owner's name, the xid)";
+  std::string name = owner.empty() ? id.to_string() : id.to_string() + " of user " + owner;
   branch b;
   if (!decode_record(value, b))
-    return "the prepared branch record of xid " + id->to_string() +
+    return "the prepared branch record of xid " + name +
            " does not decode (rm/record.h has its layout); escrowd refuses to start with it";
   out = {};
-  out.name = id->to_string();
+  out.name = name;
   out.prepared = b.state == branch_state::prepared;
   // What was not stored is dropped at load (resource_manager::load), and so is not checked here:
   // copies for non-durable subscriptions, non-persistent messages.

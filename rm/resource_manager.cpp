@@ -2,6 +2,7 @@
 #include "escrow/rm/resource_manager.h"
 
 #include <algorithm>
+#include <set>
 
 #include "escrow/rm/record.h"
 #include "escrow/storage/coding.h"
@@ -24,22 +25,26 @@ resource_manager::resource_manager(std::chrono::milliseconds branch_timeout) : t
 storage::status resource_manager::load(const storage::store& store) {
   storage::status bad;
   storage::status s = store.scan(storage::table::branches, {}, {}, [&](std::string_view k, std::string_view v) {
-    auto id = xid::decode(k);
+    std::string owner;
+    xid id;
+    bool key_ok = decode_branch_key(k, owner, id);
     auto b = std::make_shared<branch>();
-    if (!id || !decode_record(v, *b)) {
+    if (!key_ok || !decode_record(v, *b)) {
       // A prepared branch is a promise to the transaction manager: never start without it.
       bad = storage::corrupt_record(storage::table::branches, k,
-                                    !id ? "the key is not an xid (u32 formatID + 2^31, u8 gtrid length, gtrid, bqual)"
-                                        : "the prepared branch record of xid " + id->to_string() + " does not decode");
+                                    !key_ok ? "the key is not a branch key (rm/record.h: [u, owner,] u32 formatID "
+                                              "+ 2^31, u8 gtrid length, gtrid, bqual)"
+                                            : "the prepared branch record of xid " + id.to_string() + " does not decode");
       return false;
     }
-    b->id = *id;
+    b->id = id;
+    b->owner = owner;
     // What was not stored did not survive the restart: non-persistent messages, copies for
     // non-durable subscriptions (whose queue ids may since belong to another queue).
     for (auto& send : b->work.sends) std::erase_if(send.targets, [](const send_target& t) { return !t.stored; });
     std::erase_if(b->work.sends, [](const staged_send& send) { return send.targets.empty(); });
     std::erase_if(b->work.consumed, [](const consumed_entry& c) { return !c.stored; });
-    branches_.emplace(*id, b);
+    branches_.emplace(branch_id{owner, id}, b);
     return true;
   });
   if (!s.ok()) return s;
@@ -63,13 +68,13 @@ void resource_manager::dissociate(std::uint64_t connection, branch& b) {
   b.associated.erase(connection);
   b.suspended.erase(connection);
   auto it = active_.find(connection);
-  if (it != active_.end() && it->second == b.id) active_.erase(it);
+  if (it != active_.end() && it->second == branch_id{b.owner, b.id}) active_.erase(it);
 }
 
 void resource_manager::remove(const branch_ptr& b) {
   for (auto c : std::vector<std::uint64_t>(b->associated.begin(), b->associated.end())) dissociate(c, *b);
   b->suspended.clear();
-  branches_.erase(b->id);
+  branches_.erase(branch_id{b->owner, b->id});
 }
 
 storage::batch resource_manager::commit_batch(const branch& b, bool has_record, bool keep_record) const {
@@ -95,11 +100,11 @@ storage::batch resource_manager::commit_batch(const branch& b, bool has_record, 
 // A decided branch's record goes; after a heuristic decision it stays, with the outcome and no
 // work (what it did is applied), until the manager forgets it.
 void resource_manager::close_record(storage::batch& out, const branch& b, branch_state outcome) const {
-  if (outcome == branch_state::none) return out.erase(storage::table::branches, b.id.encode());
+  if (outcome == branch_state::none) return out.erase(storage::table::branches, branch_key(b.owner, b.id));
   branch record;
   record.state = outcome;
   record.created_ms = b.created_ms;
-  out.put(storage::table::branches, b.id.encode(), encode_record(record));
+  out.put(storage::table::branches, branch_key(b.owner, b.id), encode_record(record));
 }
 
 storage::batch resource_manager::rollback_batch(const branch& b, bool has_record, bool keep_record) const {
@@ -110,10 +115,34 @@ storage::batch resource_manager::rollback_batch(const branch& b, bool has_record
   return out;
 }
 
-resource_manager::reply resource_manager::call(xa_verb verb, std::uint64_t connection, const xid& x, long flags) {
+std::vector<branch_ptr> resource_manager::find_all(const xid& x) const {
+  std::vector<branch_ptr> out;
+  for (const auto& [id, b] : branches_)
+    if (id.second == x) out.push_back(b);
+  return out;
+}
+
+branch_ptr resource_manager::lookup(xa_verb verb, const xid& x, const caller& who, reply& r) const {
+  auto it = branches_.find(branch_id{who.user, x});
+  if (it != branches_.end()) return it->second;
+  bool decides = verb == xa_verb::commit || verb == xa_verb::rollback || verb == xa_verb::forget;
+  if (!who.admin || !decides) return nullptr;
+  // Recovery under an operator's login: another user's branch, once the manager has decided it.
+  std::vector<branch_ptr> decidable;
+  for (auto& b : find_all(x))
+    if (b->state == branch_state::prepared || is_heuristic(b->state)) decidable.push_back(b);
+  if (decidable.size() <= 1) return decidable.empty() ? nullptr : decidable.front();
+  r.code = XAER_RMERR;
+  r.problem = "xid " + x.to_string() + " names prepared branches of " + std::to_string(decidable.size()) +
+              " users; an operator decides each with escrow xa commit or rollback and its --user";
+  return nullptr;
+}
+
+resource_manager::reply resource_manager::call(xa_verb verb, std::uint64_t connection, const xid& x, long flags,
+                                               const caller& who) {
   reply r;
-  auto it = branches_.find(x);
-  branch_ptr b = it == branches_.end() ? nullptr : it->second;
+  branch_ptr b = lookup(verb, x, who, r);
+  if (r.code != 0) return r;
   if (b && b->busy) {
     r.code = XAER_PROTO;  // a prepare, commit or rollback of this branch is still being written
     return r;
@@ -141,24 +170,25 @@ resource_manager::reply resource_manager::call(xa_verb verb, std::uint64_t conne
     case action::create: {
       b = std::make_shared<branch>();
       b->id = x;
+      b->owner = who.user;
       b->state = branch_state::active;
       b->associated.insert(connection);
       b->deadline = std::chrono::steady_clock::now() + timeout_;
       b->created_ms = wall_ms();
-      branches_.emplace(x, b);
-      active_[connection] = x;
+      branches_.emplace(branch_id{who.user, x}, b);
+      active_[connection] = branch_id{who.user, x};
       r.target = b;
       break;
     }
     case action::join:
       b->associated.insert(connection);
       b->state = branch_state::active;
-      active_[connection] = x;
+      active_[connection] = branch_id{b->owner, x};
       break;
     case action::resume:
       b->suspended.erase(connection);
       b->associated.insert(connection);
-      active_[connection] = x;
+      active_[connection] = branch_id{b->owner, x};
       break;
     case action::suspend:
       b->associated.erase(connection);
@@ -177,7 +207,7 @@ resource_manager::reply resource_manager::call(xa_verb verb, std::uint64_t conne
     case action::end_rolled_back: dissociate(connection, *b); break;
     case action::prepare:
       b->busy = true;
-      r.write.put(storage::table::branches, x.encode(), encode_record(*b));
+      r.write.put(storage::table::branches, branch_key(b->owner, x), encode_record(*b));
       break;
     case action::read_only: remove(b); break;
     case action::commit_one_phase:
@@ -193,7 +223,7 @@ resource_manager::reply resource_manager::call(xa_verb verb, std::uint64_t conne
       break;
     case action::forget:
       b->busy = true;
-      r.write.erase(storage::table::branches, x.encode());
+      r.write.erase(storage::table::branches, branch_key(b->owner, x));
       break;
     case action::discard: remove(b); break;
     case action::heuristic_commit:
@@ -231,13 +261,17 @@ int resource_manager::finish(reply& r, const storage::status& outcome) {
   return r.code;
 }
 
-int resource_manager::recover(std::uint64_t connection, long count, long flags, std::vector<xid>& out) {
+int resource_manager::recover(std::uint64_t connection, long count, long flags, std::vector<xid>& out,
+                              const caller& who) {
   if ((flags & ~(TMSTARTRSCAN | TMENDRSCAN)) != 0 || count < 0) return XAER_INVAL;
   auto it = scans_.find(connection);
   if (flags & TMSTARTRSCAN) {
     scan s;
+    std::set<xid> seen;
     for (const auto& [id, b] : branches_)
-      if (b->state == branch_state::prepared || is_heuristic(b->state)) s.xids.push_back(id);
+      if ((b->state == branch_state::prepared || is_heuristic(b->state)) && (who.admin || id.first == who.user) &&
+          seen.insert(id.second).second)
+        s.xids.push_back(id.second);
     it = scans_.insert_or_assign(connection, std::move(s)).first;
   } else if (it == scans_.end()) {
     if (flags == TMENDRSCAN && count == 0) return 0;  // managers close a scan that way
@@ -253,9 +287,9 @@ int resource_manager::recover(std::uint64_t connection, long count, long flags, 
   return written;
 }
 
-resource_manager::reply resource_manager::heuristic(const xid& x, bool commit) {
+resource_manager::reply resource_manager::heuristic(const xid& x, bool commit, const std::string& owner) {
   reply r;
-  auto it = branches_.find(x);
+  auto it = branches_.find(branch_id{owner, x});
   if (it == branches_.end()) {
     r.code = XAER_NOTA;
     return r;
@@ -282,13 +316,14 @@ branch_ptr resource_manager::associated_branch(std::uint64_t connection) const {
   return b == branches_.end() ? nullptr : b->second;
 }
 
-branch_ptr resource_manager::begin_local(std::uint64_t connection) {
+branch_ptr resource_manager::begin_local(std::uint64_t connection, const std::string& owner) {
   auto b = std::make_shared<branch>();
   b->id = xid(kLocalFormatId, "local-" + std::to_string(connection) + "-" + std::to_string(++local_counter_), "");
+  b->owner = owner;
   b->state = branch_state::idle;
   b->local = true;
   b->created_ms = wall_ms();
-  branches_.emplace(b->id, b);
+  branches_.emplace(branch_id{owner, b->id}, b);
   return b;
 }
 

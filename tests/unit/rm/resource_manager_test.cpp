@@ -73,8 +73,8 @@ int complete(resource_manager& rm, resource_manager::reply& r) {
   return rm.finish(r, storage::status{});
 }
 
-branch_ptr find(const resource_manager& rm, const xid& x) {
-  auto it = rm.branches().find(x);
+branch_ptr find(const resource_manager& rm, const xid& x, const std::string& owner = {}) {
+  auto it = rm.branches().find(branch_id{owner, x});
   return it == rm.branches().end() ? nullptr : it->second;
 }
 
@@ -132,8 +132,8 @@ bool touches_branches(const std::vector<op_record>& all) {
 }
 
 // What a test can compare before and after a call that must change nothing.
-std::map<xid, std::pair<branch_state, std::set<std::uint64_t>>> snapshot(const resource_manager& rm) {
-  std::map<xid, std::pair<branch_state, std::set<std::uint64_t>>> out;
+std::map<branch_id, std::pair<branch_state, std::set<std::uint64_t>>> snapshot(const resource_manager& rm) {
+  std::map<branch_id, std::pair<branch_state, std::set<std::uint64_t>>> out;
   for (const auto& [id, b] : rm.branches()) {
     auto who = b->associated;
     who.insert(b->suspended.begin(), b->suspended.end());
@@ -820,6 +820,136 @@ TEST_SUITE("rm/resource_manager") {
     CHECK(stored(*store, storage::table::branches, rolled_back.encode()));
   }
 
+  TEST_CASE("a branch exists only for its owner: to another user its xid is unknown") {
+    resource_manager rm(1h);
+    const caller alice{"alice"}, bob{"bob"}, admin{"ops", true};
+    xid x = make_xid(80);
+    auto owned = [&](xa_verb v, std::uint64_t conn, const caller& who, long flags = TMNOFLAGS) {
+      auto r = rm.call(v, conn, x, flags, who);
+      if (r.target && r.target->busy) return rm.finish(r, storage::status{});
+      return r.code;
+    };
+    REQUIRE(owned(xa_verb::start, c1, alice) == XA_OK);
+    REQUIRE(find(rm, x, "alice"));
+    add_work(*find(rm, x, "alice"), 180);
+    auto before = snapshot(rm);
+    // Joining, resuming, ending, preparing, committing, rolling back, forgetting: all as for an
+    // xid that does not exist, and nothing changes.
+    CHECK(owned(xa_verb::start, c2, bob, TMJOIN) == XAER_NOTA);
+    CHECK(owned(xa_verb::start, c2, bob, TMRESUME) == XAER_NOTA);
+    CHECK(owned(xa_verb::end, c2, bob, TMSUCCESS) == XAER_NOTA);
+    CHECK(owned(xa_verb::end, c2, bob, TMFAIL) == XAER_NOTA);
+    CHECK(owned(xa_verb::prepare, c2, bob) == XAER_NOTA);
+    CHECK(owned(xa_verb::commit, c2, bob, TMONEPHASE) == XAER_NOTA);
+    CHECK(owned(xa_verb::rollback, c2, bob) == XAER_NOTA);
+    CHECK(owned(xa_verb::forget, c2, bob) == XAER_NOTA);
+    // An admin may not touch a branch that is not prepared either.
+    CHECK(owned(xa_verb::rollback, c2, admin) == XAER_NOTA);
+    CHECK(owned(xa_verb::commit, c2, admin, TMONEPHASE) == XAER_NOTA);
+    CHECK(snapshot(rm) == before);
+
+    // Bob's start of the same xid makes a branch of his own, which alice cannot reach either.
+    REQUIRE(owned(xa_verb::start, c2, bob) == XA_OK);
+    REQUIRE(find(rm, x, "bob"));
+    CHECK(find(rm, x, "bob") != find(rm, x, "alice"));
+    REQUIRE(owned(xa_verb::end, c2, bob, TMSUCCESS) == XA_OK);
+    CHECK(owned(xa_verb::prepare, c1, alice) == XAER_PROTO);  // hers is still active (she is associated)
+    REQUIRE(owned(xa_verb::end, c1, alice, TMSUCCESS) == XA_OK);
+    REQUIRE(owned(xa_verb::prepare, c1, alice) == XA_OK);
+    CHECK(find(rm, x, "alice")->state == branch_state::prepared);
+    CHECK(find(rm, x, "bob")->state == branch_state::idle);
+
+    // Recovery: each user sees their own prepared xids, an admin every user's.
+    std::vector<xid> out;
+    CHECK(rm.recover(c2, 10, TMSTARTRSCAN | TMENDRSCAN, out, bob) == 0);
+    CHECK(rm.recover(c1, 10, TMSTARTRSCAN | TMENDRSCAN, out, alice) == 1);
+    out.clear();
+    CHECK(rm.recover(c3, 10, TMSTARTRSCAN | TMENDRSCAN, out, admin) == 1);
+    CHECK(out == std::vector<xid>{x});
+
+    // An admin commits alice's prepared branch (bob's idle one is not a candidate).
+    auto r = rm.call(xa_verb::commit, c3, x, TMNOFLAGS, admin);
+    REQUIRE(r.code == XA_OK);
+    CHECK(r.target == find(rm, x, "alice"));
+    REQUIRE_FALSE(r.write.empty());
+    CHECK(find_op(ops(r.write), storage::batch::op::erase, storage::table::branches, branch_key("alice", x)));
+    CHECK(rm.finish(r, storage::status{}) == XA_OK);
+    CHECK_FALSE(find(rm, x, "alice"));
+    CHECK(find(rm, x, "bob"));
+  }
+
+  TEST_CASE("an admin's xid that names prepared branches of two users answers XAER_RMERR") {
+    resource_manager rm(1h);
+    const caller alice{"alice"}, bob{"bob"}, admin{"ops", true};
+    xid x = make_xid(81);
+    for (const caller* who : {&alice, &bob}) {
+      std::uint64_t conn = who == &alice ? c1 : c2;
+      REQUIRE(rm.call(xa_verb::start, conn, x, TMNOFLAGS, *who).code == XA_OK);
+      add_work(*rm.associated_branch(conn), who == &alice ? 181 : 182);
+      REQUIRE(rm.call(xa_verb::end, conn, x, TMSUCCESS, *who).code == XA_OK);
+      auto r = rm.call(xa_verb::prepare, conn, x, TMNOFLAGS, *who);
+      REQUIRE(rm.finish(r, storage::status{}) == XA_OK);
+    }
+    auto before = snapshot(rm);
+    auto r = rm.call(xa_verb::commit, c3, x, TMNOFLAGS, admin);
+    CHECK(r.code == XAER_RMERR);
+    CHECK(r.problem.find("2 users") != std::string::npos);
+    CHECK(r.write.empty());
+    CHECK(snapshot(rm) == before);
+    std::vector<xid> out;
+    CHECK(rm.recover(c3, 10, TMSTARTRSCAN | TMENDRSCAN, out, admin) == 1);  // the xid once
+    CHECK(rm.find_all(x).size() == 2);
+    // The operator names the owner.
+    auto h = rm.heuristic(x, false, "bob");
+    REQUIRE(h.code == XA_OK);
+    CHECK(h.target == find(rm, x, "bob"));
+  }
+
+  TEST_CASE("branch keys: an owner's key cannot be read as an xid, and both forms round-trip") {
+    xid x = make_xid(82);
+    std::string owner;
+    xid back;
+    REQUIRE(decode_branch_key(branch_key("", x), owner, back));
+    CHECK(owner.empty());
+    CHECK(back == x);
+    CHECK(branch_key("", x) == x.encode());  // stores from before owners read as they were
+    REQUIRE(decode_branch_key(branch_key("alice", x), owner, back));
+    CHECK(owner == "alice");
+    CHECK(back == x);
+    CHECK_FALSE(xid::decode(branch_key("alice", x)));
+    CHECK_FALSE(decode_branch_key(std::string("u\0", 2) + x.encode(), owner, back));  // empty owner
+    CHECK_FALSE(decode_branch_key("u\x05ali", owner, back));
+  }
+
+  TEST_CASE("load gives a rebuilt branch its owner") {
+    testing::temp_dir dir;
+    xid x = make_xid(83);
+    {
+      auto store = open_store(dir.path());
+      resource_manager rm(1h);
+      const caller alice{"alice"};
+      REQUIRE(rm.call(xa_verb::start, c1, x, TMNOFLAGS, alice).code == XA_OK);
+      add_work(*rm.associated_branch(c1), 183);
+      REQUIRE(rm.call(xa_verb::end, c1, x, TMSUCCESS, alice).code == XA_OK);
+      auto r = rm.call(xa_verb::prepare, c1, x, TMNOFLAGS, alice);
+      REQUIRE(submit_and_finish(rm, *store, r) == XA_OK);
+      CHECK(stored(*store, storage::table::branches, branch_key("alice", x)));
+    }
+    auto store = open_store(dir.path());
+    resource_manager rm(1h);
+    REQUIRE(rm.load(*store).ok());
+    auto b = find(rm, x, "alice");
+    REQUIRE(b);
+    CHECK(b->owner == "alice");
+    CHECK(b->state == branch_state::prepared);
+    CHECK_FALSE(find(rm, x));
+    CHECK(rm.call(xa_verb::commit, c2, x, TMNOFLAGS, caller{"bob"}).code == XAER_NOTA);
+    auto r = rm.call(xa_verb::commit, c2, x, TMNOFLAGS, caller{"alice"});
+    CHECK(r.code == XA_OK);
+    CHECK(submit_and_finish(rm, *store, r) == XA_OK);
+    CHECK_FALSE(stored(*store, storage::table::branches, branch_key("alice", x)));
+  }
+
   TEST_CASE("load refuses an unreadable record") {
     testing::temp_dir dir;
     {
@@ -858,6 +988,6 @@ TEST_SUITE("rm/resource_manager") {
     resource_manager rm(1h);
     storage::status st = rm.load(*store);
     CHECK(st.which() == storage::status::code::corrupt);
-    CHECK(st.message().find("key 0x80000000: the key is not an xid") != std::string::npos);
+    CHECK(st.message().find("key 0x80000000: the key is not a branch key") != std::string::npos);
   }
 }

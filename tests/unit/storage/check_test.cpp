@@ -463,7 +463,7 @@ TEST_SUITE("storage/check") {
         e.del(table::branches, kPrepared.encode());
         e.put(table::branches, "xid?", rm::encode_record(prepared_branch()));
       }
-      require_one(f.check(), problem_kind::branch, {"branches 'xid?'", "not an xid"});
+      require_one(f.check(), problem_kind::branch, {"branches 'xid?'", "not a branch key"});
     }
     SUBCASE("a send to a queue that does not exist") {
       rm::branch b = prepared_branch();

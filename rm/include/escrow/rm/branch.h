@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "escrow/rm/state_machine.h"
@@ -47,6 +48,9 @@ struct branch_work {
 
 struct branch {
   xid id;
+  // The user that started it ("" when the broker has no users file, or for a record stored before
+  // branches had owners). A branch exists only for its owner: to anyone else its xid is unknown.
+  std::string owner;
   branch_state state = branch_state::active;
   bool local = false;                 // a STOMP BEGIN/COMMIT transaction
   std::set<std::uint64_t> associated; // connections associated with it (XA's T1)

@@ -1,5 +1,10 @@
 // The durable form of a prepared or heuristically completed branch: one record in the `branches`
-// table, keyed by xid::encode(), holding the branch's whole work. Pure encode/decode.
+// table, keyed by its owner and xid (branch_key), holding the branch's whole work. Pure
+// encode/decode.
+//
+// Key: xid::encode() for a branch without owner (anonymous broker, or stored before branches had
+// owners); 'u' | string owner | xid::encode() otherwise. An xid's encoding starts with formatID +
+// 2^31, a byte of 0x7f or more, so the two forms cannot be confused.
 //
 // Layout: u8 version (1) | u8 state (1 prepared, 2 heuristically committed, 3 heuristically rolled
 // back, 4 heuristically mixed) | u64 created (epoch ms) | varint sends | per send: u64 message id,
@@ -13,6 +18,10 @@
 #include "escrow/rm/branch.h"
 
 namespace escrow::rm {
+
+std::string branch_key(const std::string& owner, const xid& id);
+// The owner and xid of a key; false if it is neither form.
+bool decode_branch_key(std::string_view key, std::string& owner, xid& id);
 
 std::string encode_record(const branch& b);
 // Fills state, created_ms and work of `out` (not its id). False if the bytes are malformed.

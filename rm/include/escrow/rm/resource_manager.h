@@ -9,6 +9,11 @@
 // sends become visible, consumed entries are removed; rollback: consumed entries return). So every
 // commit, one-phase, two-phase, local or heuristic, is one storage batch (durability point 4).
 //
+// Branches belong to the user that started them (docs/security.md, "Tenants"): a branch is named
+// by its owner and xid, so to any other user the xid is unknown (XAER_NOTA, or a new branch of
+// their own), except that an operator (admin) may commit, roll back or forget another user's
+// prepared or heuristically completed branch, as a transaction manager's recovery does.
+//
 // Thread: the core strand only; no locks.
 #pragma once
 
@@ -16,7 +21,9 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "escrow/rm/branch.h"
@@ -28,6 +35,16 @@ class store;
 }
 
 namespace escrow::rm {
+
+// Who makes a call: the user logged in on the connection ("" when the broker has no users file),
+// and whether that user may decide other users' prepared branches (the admin permission).
+struct caller {
+  std::string user;
+  bool admin = false;
+};
+
+// A branch's name: its owner and its xid.
+using branch_id = std::pair<std::string, xid>;
 
 class resource_manager {
  public:
@@ -44,28 +61,38 @@ class resource_manager {
     storage::batch write;  // submit it when not empty; in every case call finish() with the outcome
     branch_work work;      // for commit and rollback actions: what to apply once durable
     bool had_record = false;  // the branch was prepared (or heuristic): its record is in the store
+    std::string problem;      // for an operator or a client: why the code is an error, when it says more
   };
 
-  // An XA call from connection `connection`. XAER_PROTO for a branch with a write in flight.
-  reply call(xa_verb verb, std::uint64_t connection, const xid& x, long flags);
+  // An XA call from connection `connection`, made by `who`. XAER_PROTO for a branch with a write in
+  // flight. An admin's commit, rollback or forget of an xid it has no branch of reaches the one
+  // prepared or heuristically completed branch of that xid another user owns (XAER_RMERR when
+  // several users have one).
+  reply call(xa_verb verb, std::uint64_t connection, const xid& x, long flags, const caller& who = {});
 
   // After a reply's write completed: the final code. On failure the branch is as before the call
   // (its work given back) and the code is XAER_RMFAIL: the manager may try again later.
   int finish(reply& r, const storage::status& outcome);
 
-  // XA_RECOVER: writes up to `count` xids of prepared and heuristically completed branches.
-  // Returns how many, or an XAER code. TMSTARTRSCAN opens a scan per connection, TMNOFLAGS
-  // continues it, TMENDRSCAN closes it (both at once: one whole scan).
-  int recover(std::uint64_t connection, long count, long flags, std::vector<xid>& out);
+  // XA_RECOVER: writes up to `count` xids of prepared and heuristically completed branches: those
+  // `who` owns, or every user's for an admin (an xid two users have appears once). Returns how
+  // many, or an XAER code. TMSTARTRSCAN opens a scan per connection, TMNOFLAGS continues it,
+  // TMENDRSCAN closes it (both at once: one whole scan).
+  int recover(std::uint64_t connection, long count, long flags, std::vector<xid>& out, const caller& who = {});
 
-  // An operator decides a prepared branch. XAER_NOTA if unknown, XAER_PROTO if not prepared.
-  reply heuristic(const xid& x, bool commit);
+  // An operator decides the prepared branch `x` of user `owner`. XAER_NOTA if unknown, XAER_PROTO
+  // if not prepared.
+  reply heuristic(const xid& x, bool commit, const std::string& owner = {});
+
+  // Every user's branch with xid `x` (what an operator may mean by it), in owner order.
+  std::vector<branch_ptr> find_all(const xid& x) const;
 
   // The branch `connection` is associated with (T1), or null.
   branch_ptr associated_branch(std::uint64_t connection) const;
 
-  // A STOMP local transaction: a new idle branch with a broker-made xid, never associated.
-  branch_ptr begin_local(std::uint64_t connection);
+  // A STOMP local transaction of user `owner`: a new idle branch with a broker-made xid, never
+  // associated.
+  branch_ptr begin_local(std::uint64_t connection, const std::string& owner = {});
 
   // The connection is gone: branches it was associated with (or had suspended) become
   // rollback-only; idle and prepared branches are untouched.
@@ -81,7 +108,7 @@ class resource_manager {
   // references count only what is stored. Unset: every queue exists.
   void set_queue_exists(std::function<bool(std::uint32_t queue_id)> exists) { queue_exists_ = std::move(exists); }
 
-  const std::map<xid, branch_ptr>& branches() const { return branches_; }
+  const std::map<branch_id, branch_ptr>& branches() const { return branches_; }
   // The largest message id a recovered branch staged (the broker's ids must stay above it).
   std::uint64_t max_staged_message_id() const;
 
@@ -94,8 +121,12 @@ class resource_manager {
   void close_record(storage::batch& out, const branch& b, branch_state outcome) const;
 
   std::chrono::milliseconds timeout_;
-  std::map<xid, branch_ptr> branches_;
-  std::unordered_map<std::uint64_t, xid> active_;  // connection -> branch it is associated with
+  // The branch `who` names by `x` for `verb`, or null; sets r.code and r.problem when an admin's
+  // xid is ambiguous.
+  branch_ptr lookup(xa_verb verb, const xid& x, const caller& who, reply& r) const;
+
+  std::map<branch_id, branch_ptr> branches_;
+  std::unordered_map<std::uint64_t, branch_id> active_;  // connection -> branch it is associated with
   struct scan {
     std::vector<xid> xids;
     std::size_t next = 0;
