@@ -91,9 +91,7 @@ void broker::impl::finish_auto_delete(const queue_ptr& q, const storage::status&
     spdlog::warn("auto-delete of queue {} not stored: {}; it stays", q->name(), s.message());
     return;
   }
-  auto it = queues.find(q->storage_key);
-  if (it != queues.end() && it->second == q) queues.erase(it);
-  queues_by_id.erase(q->id());
+  remove_queue(q);
   spdlog::info("queue {} deleted: empty and unused for auto-delete-queues-delay", q->name());
 }
 

@@ -31,7 +31,9 @@ constexpr std::string_view kServerName = "escrow/0.1.0";
 }
 
 broker::impl::impl(asio::io_context& io, storage::store& s, const broker_config& c)
-    : store(s), config(c), rm(std::chrono::milliseconds(c.branch_timeout_ms)) {
+    : store(s),
+      config(c),
+      rm(std::chrono::milliseconds(c.branch_timeout_ms), std::chrono::milliseconds(c.local_timeout_ms)) {
   // A subscription being ended takes no more entries: if its end is stored they would be orphans
   // (and if it is refused, it misses them, as it misses the topic's messages meanwhile).
   rm.set_queue_exists([this](std::uint32_t id) {
@@ -295,6 +297,7 @@ storage::status broker::open() {
                                      r.topic, &m.store, m.config.queue_memory_window);
     q->start_unloaded();
     q->storage_key = name;
+    q->creator = r.creator;
     q->record_durable = true;
     m.add_queue(q);
     if (is_sub) m.topics[r.topic].subscriptions.push_back(q);
@@ -312,6 +315,9 @@ storage::status broker::open() {
   std::size_t prepared = 0;
   for (const auto& [id, b] : m.rm.branches()) {
     ++prepared;
+    // What they hold counts in limits.max-transaction-bytes-per-user, as it did before the restart.
+    for (const auto& send : b->work.sends) b->staged_bytes += send.msg->record.encoded_size();
+    if (b->staged_bytes > 0) m.transaction_bytes_by_user[b->owner] += b->staged_bytes;
     for (const auto& c : b->work.consumed)
       if (queue_ptr q = m.find_by_id(c.key.queue_id)) q->hold(c.key);
   }

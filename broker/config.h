@@ -68,6 +68,12 @@ struct broker_config {
   std::uint32_t max_subscriptions_per_connection = 1000;
   std::uint32_t max_consumer_window = 10000;        // most unacknowledged messages a consumer may ask for
   std::uint32_t max_branches_per_connection = 100;  // local transactions and XA branches not yet prepared
+  // Per user (docs/security.md, "Tenants"; anonymous counts as one user).
+  std::uint32_t max_branches_per_user = 1000;           // open: begun or started, not yet prepared or finished
+  std::uint32_t max_prepared_branches_per_user = 1000;  // prepared and not yet committed or rolled back
+  std::uint64_t max_transaction_bytes = 64ull << 20;           // SEND bytes one open transaction holds
+  std::uint64_t max_transaction_bytes_per_user = 256ull << 20;  // the same over all of a user's transactions
+  std::uint32_t max_queues_per_user = 10000;  // queues and durable subscriptions a user's frames created
 
   // security (docs/security.md). No users file: anonymous access with every permission, which
   // escrowd allows only when every STOMP listener is on a loopback address.
@@ -87,6 +93,7 @@ struct broker_config {
 
   // transactions
   std::uint64_t branch_timeout_ms = 300000;  // a branch not prepared by then is rolled back
+  std::uint64_t local_timeout_ms = 300000;   // a local transaction open longer is rolled back
 
   // heart-beats: what the server offers in CONNECTED ("send,receive" in ms); 0 turns one off
   std::uint64_t heartbeat_send_ms = 1000;

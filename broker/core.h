@@ -189,8 +189,21 @@ struct broker::impl {
   // A new connection: false (after an ERROR) when its user has limits.max-connections-per-user.
   bool admit(connection& c);
   void release(connection& c);  // the connection is gone
-  // XA-START of a new branch: false (after an ERROR) when `c` has max-branches-per-connection open.
+  // Per-user limits (tenant_limits.cpp). Each refusal but prepare_refusal's sends the ERROR.
+  // XA-START of a new branch or BEGIN: false when `c` has max-branches-per-connection open, or its
+  // user max-branches-per-user.
   bool may_start_branch(connection& c, const frame* request);
+  // Why c's user may not prepare another branch (max-prepared-branches-per-user), if so.
+  std::optional<std::string> prepare_refusal(const connection& c) const;
+  // A SEND of `bytes` staged in `b`: within max-transaction-bytes and, over all of its owner's
+  // transactions, max-transaction-bytes-per-user; counted then, until release_staged.
+  bool may_stage(connection& c, rm::branch& b, std::uint64_t bytes, const frame& f);
+  void release_staged(rm::branch& b);  // its transaction is committed or rolled back
+  // A frame of `c` that would create the queue `storage_key`: within max-queues-per-user.
+  bool may_create_queue(connection& c, const std::string& storage_key, const frame* request);
+  void count_queue(const queue& q, int delta);  // in or out of queues_by_user
+  std::unordered_map<std::string, std::uint64_t> transaction_bytes_by_user;  // staged SEND bytes
+  std::unordered_map<std::string, std::uint32_t> queues_by_user;  // queues their frames created
 
   // Runs a function on the core strand; set up by broker.cpp, which owns the Asio strand.
   std::function<void(std::function<void()>)> post;
@@ -287,6 +300,8 @@ struct broker::impl {
   };
   operator_target owner_for_operator(const xid& x, const std::string* user) const;
   void expire_branches();
+  // A local transaction rolled back at transactions.local-timeout-ms: its connection gets an ERROR.
+  void time_out_local(const rm::branch_ptr& b);
   void schedule_expiry();
 
   // Output.
@@ -307,15 +322,19 @@ struct broker::impl {
 
   // SEND.
   // The queues a destination reaches: /queue/NAME (created if missing, its record added to
-  // `records`) or every subscription of /topic/NAME. False when it is neither form.
-  bool resolve_destination(std::string_view destination, storage::batch& records, std::vector<queue_ptr>& out);
+  // `records`, made by `creator` when given) or every subscription of /topic/NAME. False when it is
+  // neither form.
+  bool resolve_destination(std::string_view destination, storage::batch& records, std::vector<queue_ptr>& out,
+                           const std::optional<std::string>& creator = std::nullopt);
   bool route(const connection_ptr& c, frame& f, routed_message& out, storage::batch& records);
   void publish(std::vector<std::pair<queue_ptr, queue_entry>>& entries);
 
   // Queues.
   queue_ptr find_by_id(std::uint32_t id) const;
-  void add_queue(const queue_ptr& q);
-  queue_ptr find_or_create_queue(const std::string& name, storage::batch& b);
+  void add_queue(const queue_ptr& q);     // known by key and id; counted for its creator
+  void remove_queue(const queue_ptr& q);  // forgotten (when `queues` still names this one)
+  queue_ptr find_or_create_queue(const std::string& name, storage::batch& b,
+                                 const std::optional<std::string>& creator = std::nullopt);
   void persist_queue_record(const queue_ptr& q, storage::batch& b);
   // Queues whose record went into a batch not yet submitted or completed; submit() takes from it
   // the ones whose record the batch carries, and marks them durable once that batch is stored.
@@ -379,5 +398,8 @@ struct broker::impl {
 
 // Milliseconds since the epoch, the unit of `expires` and `timestamp`.
 std::uint64_t now_ms();
+
+// "user 'NAME'", or "anonymous": who a connection is, in errors (permissions.cpp).
+std::string who(const connection& c);
 
 }  // namespace escrow::broker

@@ -109,6 +109,9 @@ class queue {
   std::string storage_key;
   bool record_durable = false;
   bool dropping = false;  // its removal is being stored (finish_drop, finish_auto_delete)
+  // The user whose frame created it ("" anonymous), counted in limits.max-queues-per-user; none
+  // when the broker or an operator made it. Stored in its record.
+  std::optional<std::string> creator;
   // When it was last seen empty with no consumer (steady clock, ms); 0 while in use.
   std::int64_t unused_since_ms = 0;
 

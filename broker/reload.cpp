@@ -52,11 +52,17 @@ std::vector<std::string> changes_needing_restart(const broker_config& a, const b
         "limits.max-subscriptions-per-connection");
   check(a.max_consumer_window == b.max_consumer_window, "limits.max-consumer-window");
   check(a.max_branches_per_connection == b.max_branches_per_connection, "limits.max-branches-per-connection");
+  check(a.max_branches_per_user == b.max_branches_per_user, "limits.max-branches-per-user");
+  check(a.max_prepared_branches_per_user == b.max_prepared_branches_per_user, "limits.max-prepared-branches-per-user");
+  check(a.max_transaction_bytes == b.max_transaction_bytes, "limits.max-transaction-bytes");
+  check(a.max_transaction_bytes_per_user == b.max_transaction_bytes_per_user, "limits.max-transaction-bytes-per-user");
+  check(a.max_queues_per_user == b.max_queues_per_user, "limits.max-queues-per-user");
   check(a.users_file == b.users_file, "security.users-file");
   check(a.login_backoff_max_ms == b.login_backoff_max_ms, "security.login-backoff-max-ms");
   check(a.consumer_window == b.consumer_window, "delivery.consumer-window");
   check(a.queue_memory_window == b.queue_memory_window, "delivery.queue-memory-window");
   check(a.branch_timeout_ms == b.branch_timeout_ms, "transactions.timeout-ms");
+  check(a.local_timeout_ms == b.local_timeout_ms, "transactions.local-timeout-ms");
   check(a.http_listen.has_value() == b.http_listen.has_value() &&
             (!a.http_listen || same_address(*a.http_listen, *b.http_listen)),
         "http.listen");

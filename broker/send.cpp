@@ -51,6 +51,7 @@ void broker::impl::persist_queue_record(const queue_ptr& qp, storage::batch& b) 
   r.type = q.type() == queue::kind::durable_subscription ? storage::queue_record::kind::durable_subscription
                                                           : storage::queue_record::kind::queue;
   r.topic = q.topic();
+  r.creator = q.creator;
   b.put(storage::table::queues, q.storage_key, r.encode());
   storage::put_next_queue_id(b, next_queue_id);
   if (std::find(records_carried.begin(), records_carried.end(), qp) == records_carried.end())
@@ -65,9 +66,20 @@ queue_ptr broker::impl::find_by_id(std::uint32_t id) const {
 void broker::impl::add_queue(const queue_ptr& q) {
   if (q->durable()) queues.emplace(q->storage_key, q);
   queues_by_id.emplace(q->id(), q);
+  count_queue(*q, 1);
 }
 
-queue_ptr broker::impl::find_or_create_queue(const std::string& name, storage::batch& b) {
+void broker::impl::remove_queue(const queue_ptr& q) {
+  auto it = queues.find(q->storage_key);
+  if (it != queues.end() && it->second == q) queues.erase(it);
+  auto by_id = queues_by_id.find(q->id());
+  if (by_id == queues_by_id.end() || by_id->second != q) return;
+  queues_by_id.erase(by_id);
+  count_queue(*q, -1);
+}
+
+queue_ptr broker::impl::find_or_create_queue(const std::string& name, storage::batch& b,
+                                             const std::optional<std::string>& creator) {
   std::string key = "q/" + name;
   auto it = queues.find(key);
   if (it != queues.end()) {
@@ -79,14 +91,16 @@ queue_ptr broker::impl::find_or_create_queue(const std::string& name, storage::b
   }
   auto q = std::make_shared<queue>(next_queue_id++, name, queue::kind::queue, "", &store, config.queue_memory_window);
   q->storage_key = key;
+  q->creator = creator;
   add_queue(q);
   persist_queue_record(q, b);
   return q;
 }
 
-bool broker::impl::resolve_destination(std::string_view dest, storage::batch& records, std::vector<queue_ptr>& out) {
+bool broker::impl::resolve_destination(std::string_view dest, storage::batch& records, std::vector<queue_ptr>& out,
+                                       const std::optional<std::string>& creator) {
   if (dest.substr(0, kQueuePrefix.size()) == kQueuePrefix && dest.size() > kQueuePrefix.size()) {
-    out.push_back(find_or_create_queue(std::string(dest.substr(kQueuePrefix.size())), records));
+    out.push_back(find_or_create_queue(std::string(dest.substr(kQueuePrefix.size())), records, creator));
     return true;
   }
   if (dest.substr(0, kTopicPrefix.size()) == kTopicPrefix && dest.size() > kTopicPrefix.size()) {
@@ -121,7 +135,9 @@ bool broker::impl::route(const connection_ptr& c, frame& f, routed_message& out,
   std::vector<queue_ptr> targets;
   if (is_destination(*destination) && !permitted(*c, permission::send, destination->substr(kQueuePrefix.size()), &f))
     return false;
-  if (!resolve_destination(*destination, records, targets))
+  if (destination->rfind(kQueuePrefix, 0) == 0 && !may_create_queue(*c, "q/" + destination->substr(kQueuePrefix.size()), &f))
+    return false;
+  if (!resolve_destination(*destination, records, targets, c->info.user))
     return error(*c, "invalid destination '" + *destination + "': use /queue/NAME or /topic/NAME", &f), false;
   // A message sent without a time to live gets its address's expiry-delay, if one is set.
   if (record.expires == 0) {
@@ -174,6 +190,12 @@ void broker::impl::handle_send(const connection_ptr& c, frame& f) {
   if (f.get("persistent", "true") != "false") {
     if (storage::status room = store.send_room(); !room.ok())
       return error(*c, "message not stored: " + room.message(), &f);
+  }
+  // What a transaction holds in memory until it ends is bounded, per transaction and per user.
+  if (branch && takes_work(*branch)) {
+    std::uint64_t bytes = f.body.size();
+    for (const auto& [name, value] : f.headers) bytes += name.size() + value.size() + 2;
+    if (!may_stage(*c, *branch, bytes, f)) return;
   }
   storage::batch b;
   routed_message routed;

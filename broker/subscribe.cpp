@@ -80,7 +80,8 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
   bool named = (dest.rfind("/queue/", 0) == 0 || dest.rfind("/topic/", 0) == 0) && dest.size() > 7;
   if (named && !permitted(*c, permission::consume, dest.substr(7), &f)) return;
   if (dest.rfind("/queue/", 0) == 0 && dest.size() > 7) {
-    sub->source = find_or_create_queue(std::string(dest.substr(7)), b);
+    if (!may_create_queue(*c, "q/" + std::string(dest.substr(7)), &f)) return;
+    sub->source = find_or_create_queue(std::string(dest.substr(7)), b, c->info.user);
   } else if (dest.rfind("/topic/", 0) == 0 && dest.size() > 7) {
     std::string topic_name(dest.substr(7));
     if (const std::string* name = durable_name(f)) {
@@ -101,9 +102,11 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
       } else {
         if (!permitted(*c, permission::create_durable_subscription, topic_name, &f)) return;
         durable_id d{c->info.client_id, *name, c->info.user};
+        if (!may_create_queue(*c, durable_key(d), &f)) return;
         auto q = std::make_shared<queue>(next_queue_id++, durable_display_name(d), queue::kind::durable_subscription,
                                          topic_name, &store, config.queue_memory_window);
         q->storage_key = durable_key(d);
+        q->creator = c->info.user;
         add_queue(q);
         persist_queue_record(q, b);
         sub->source = created = q;
@@ -136,8 +139,7 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
     if (stored) {
       topics[created->topic()].subscriptions.push_back(created);
     } else {
-      queues.erase(it);
-      queues_by_id.erase(created->id());
+      remove_queue(created);
     }
   });
 }
@@ -193,8 +195,7 @@ void broker::impl::finish_drop(const queue_ptr& q, bool stored) {
     if (std::find(subs.begin(), subs.end(), q) == subs.end()) subs.push_back(q);
     return;
   }
-  if (known) queues.erase(it);
-  queues_by_id.erase(q->id());
+  remove_queue(q);
   auto t = topics.find(q->topic());
   if (t != topics.end()) {
     std::erase(t->second.subscriptions, q);

@@ -140,6 +140,7 @@ void broker::impl::carry_out(rm::resource_manager::reply r, std::function<void(i
       if (rolls_back && reply.target && !reply.had_record) outcome = storage::status{};
     }
     int code = rm.finish(reply, outcome);
+    if (outcome.ok() && (commits || rolls_back) && reply.target) release_staged(*reply.target);
     if (outcome.ok() && commits) apply_commit(reply.work);
     if (outcome.ok() && rolls_back) apply_rollback(reply.work);
     done(code);
@@ -189,9 +190,28 @@ void broker::impl::roll_back_locals(connection& c) {
 
 void broker::impl::expire_branches() {
   for (auto& r : rm.expire(std::chrono::steady_clock::now())) {
-    spdlog::warn("branch {} was not prepared within {} ms: rolled back (XA_RBTIMEOUT)", r.target->id.to_string(),
-                 config.branch_timeout_ms);
+    if (r.target->local) {
+      time_out_local(r.target);
+    } else {
+      spdlog::warn("branch {} was not prepared within {} ms: rolled back (XA_RBTIMEOUT)", r.target->id.to_string(),
+                   config.branch_timeout_ms);
+    }
     carry_out(std::move(r), [](int) {});
+  }
+}
+
+void broker::impl::time_out_local(const rm::branch_ptr& b) {
+  for (auto& [id, c] : connections) {
+    for (auto it = c->transactions.begin(); it != c->transactions.end(); ++it) {
+      if (it->second != b) continue;
+      std::string name = it->first;
+      c->transactions.erase(it);
+      spdlog::warn("connection {} ({}): transaction '{}' open for more than {} ms: rolled back", c->id, c->info.peer,
+                   name, config.local_timeout_ms);
+      // The client learns it at once: its next SEND, ACK or COMMIT in it would be refused anyway.
+      return error(*c, "transaction '" + name + "' was open for more than " + std::to_string(config.local_timeout_ms) +
+                           " ms (transactions.local-timeout-ms): rolled back; nothing of it took effect");
+    }
   }
 }
 
@@ -253,7 +273,7 @@ void broker::impl::handle_xa(const connection_ptr& c, const frame& f) {
 
   // XA-HEURISTIC is an operator's; XA-RECOVER lists a user's own branches, an admin's every user's.
   if (f.command == "XA-HEURISTIC" && !permitted_globally(*c, permission::admin, &f)) return;
-  rm::caller who = caller_of(*c);
+  rm::caller caller = caller_of(*c);
 
   if (f.command == "XA-RECOVER") {
     long count = 0;
@@ -262,7 +282,7 @@ void broker::impl::handle_xa(const connection_ptr& c, const frame& f) {
     if (ec != std::errc() || end != text.data() + text.size() || count < 0)
       return answer(XAER_INVAL, "invalid count header '" + std::string(text) + "': use a non-negative integer");
     std::vector<xid> found;
-    int n = rm.recover(c->id, count, *flags, found, who);
+    int n = rm.recover(c->id, count, *flags, found, caller);
     if (n < 0) return answer(n, "recover scan: " + xa_flags_name(*flags) + " without an open scan or with flags it does not take");
     frame extra;
     extra.add("xa-count", std::to_string(n));
@@ -292,9 +312,15 @@ void broker::impl::handle_xa(const connection_ptr& c, const frame& f) {
                                   " is reserved for the broker's local transactions");
   bool starts_branch = *verb == rm::xa_verb::start && !(*flags & (TMJOIN | TMRESUME));
   if (starts_branch && !may_start_branch(*c, &f)) return;
-  auto r = rm.call(*verb, c->id, *x, *flags, who);
+  // A user's own idle branch: refused (and left idle) at max-prepared-branches-per-user.
+  if (*verb == rm::xa_verb::prepare) {
+    auto own = rm.branches().find(rm::branch_id{caller.user, *x});
+    if (own != rm.branches().end() && own->second->state == rm::branch_state::idle && !own->second->work.empty())
+      if (auto refusal = prepare_refusal(*c)) return answer(XAER_RMERR, *refusal);
+  }
+  auto r = rm.call(*verb, c->id, *x, *flags, caller);
   std::string problem = r.problem;
-  carry_out(std::move(r), [this, c, answer, starts_branch, id = rm::branch_id{who.user, *x}, problem](int code) {
+  carry_out(std::move(r), [this, c, answer, starts_branch, id = rm::branch_id{caller.user, *x}, problem](int code) {
     if (starts_branch && code == XA_OK)
       if (auto b = rm.branches().find(id); b != rm.branches().end()) c->started_branches.push_back(b->second);
     answer(code, problem);

@@ -20,7 +20,8 @@ std::uint64_t wall_ms() {
 
 }  // namespace
 
-resource_manager::resource_manager(std::chrono::milliseconds branch_timeout) : timeout_(branch_timeout) {}
+resource_manager::resource_manager(std::chrono::milliseconds branch_timeout, std::chrono::milliseconds local_timeout)
+    : timeout_(branch_timeout), local_timeout_(local_timeout) {}
 
 storage::status resource_manager::load(const storage::store& store) {
   storage::status bad;
@@ -45,6 +46,7 @@ storage::status resource_manager::load(const storage::store& store) {
     std::erase_if(b->work.sends, [](const staged_send& send) { return send.targets.empty(); });
     std::erase_if(b->work.consumed, [](const consumed_entry& c) { return !c.stored; });
     branches_.emplace(branch_id{owner, id}, b);
+    tally(*b, 1);
     return true;
   });
   if (!s.ok()) return s;
@@ -74,7 +76,32 @@ void resource_manager::dissociate(std::uint64_t connection, branch& b) {
 void resource_manager::remove(const branch_ptr& b) {
   for (auto c : std::vector<std::uint64_t>(b->associated.begin(), b->associated.end())) dissociate(c, *b);
   b->suspended.clear();
-  branches_.erase(branch_id{b->owner, b->id});
+  auto it = branches_.find(branch_id{b->owner, b->id});
+  if (it == branches_.end() || it->second != b) return;
+  tally(*b, -1);
+  branches_.erase(it);
+}
+
+void resource_manager::set_state(branch& b, branch_state s) {
+  tally(b, -1);
+  b.state = s;
+  tally(b, 1);
+}
+
+void resource_manager::tally(const branch& b, int delta) {
+  auto it = tallies_.try_emplace(b.owner).first;
+  auto& n = it->second[static_cast<std::size_t>(b.state)];
+  n = delta > 0 ? n + 1 : n - 1;
+  if (delta < 0 && std::all_of(it->second.begin(), it->second.end(), [](std::size_t c) { return c == 0; }))
+    tallies_.erase(it);
+}
+
+std::size_t resource_manager::count(const std::string& owner, std::initializer_list<branch_state> states) const {
+  auto it = tallies_.find(owner);
+  if (it == tallies_.end()) return 0;
+  std::size_t n = 0;
+  for (auto st : states) n += it->second[static_cast<std::size_t>(st)];
+  return n;
 }
 
 storage::batch resource_manager::commit_batch(const branch& b, bool has_record, bool keep_record) const {
@@ -176,13 +203,14 @@ resource_manager::reply resource_manager::call(xa_verb verb, std::uint64_t conne
       b->deadline = std::chrono::steady_clock::now() + timeout_;
       b->created_ms = wall_ms();
       branches_.emplace(branch_id{who.user, x}, b);
+      tally(*b, 1);
       active_[connection] = branch_id{who.user, x};
       r.target = b;
       break;
     }
     case action::join:
       b->associated.insert(connection);
-      b->state = branch_state::active;
+      set_state(*b, branch_state::active);
       active_[connection] = branch_id{b->owner, x};
       break;
     case action::resume:
@@ -198,11 +226,11 @@ resource_manager::reply resource_manager::call(xa_verb verb, std::uint64_t conne
     case action::end_success:
       dissociate(connection, *b);
       if (b->state == branch_state::active && b->associated.empty() && b->suspended.empty())
-        b->state = branch_state::idle;
+        set_state(*b, branch_state::idle);
       break;
     case action::end_fail:
       dissociate(connection, *b);
-      b->state = branch_state::rollback_only;
+      set_state(*b, branch_state::rollback_only);
       break;
     case action::end_rolled_back: dissociate(connection, *b); break;
     case action::prepare:
@@ -243,15 +271,15 @@ int resource_manager::finish(reply& r, const storage::status& outcome) {
     return XAER_RMFAIL;
   }
   switch (r.act) {
-    case action::prepare: b->state = branch_state::prepared; break;
+    case action::prepare: set_state(*b, branch_state::prepared); break;
     case action::commit_one_phase:
     case action::commit_prepared:
     case action::roll_back:
     case action::forget: remove(b); break;
-    case action::heuristic_commit: b->state = branch_state::heuristic_committed; break;
-    case action::heuristic_rollback: b->state = branch_state::heuristic_rolled_back; break;
+    case action::heuristic_commit: set_state(*b, branch_state::heuristic_committed); break;
+    case action::heuristic_rollback: set_state(*b, branch_state::heuristic_rolled_back); break;
     case action::time_out:
-      b->state = branch_state::rolled_back;
+      set_state(*b, branch_state::rolled_back);
       b->rolled_back_code = XA_RBTIMEOUT;
       // Remembered this long for the manager's next call: another timeout, at least ten minutes.
       b->deadline = std::chrono::steady_clock::now() + std::max<std::chrono::milliseconds>(timeout_, std::chrono::minutes(10));
@@ -323,7 +351,9 @@ branch_ptr resource_manager::begin_local(std::uint64_t connection, const std::st
   b->state = branch_state::idle;
   b->local = true;
   b->created_ms = wall_ms();
+  b->deadline = std::chrono::steady_clock::now() + local_timeout_;
   branches_.emplace(branch_id{owner, b->id}, b);
+  tally(*b, 1);
   return b;
 }
 
@@ -332,7 +362,7 @@ void resource_manager::connection_closed(std::uint64_t connection) {
   for (auto& [id, b] : branches_) {
     if (!b->associated.count(connection) && !b->suspended.count(connection)) continue;
     dissociate(connection, *b);
-    if (b->state == branch_state::active) b->state = branch_state::rollback_only;
+    if (b->state == branch_state::active) set_state(*b, branch_state::rollback_only);
   }
 }
 
@@ -340,7 +370,19 @@ std::vector<resource_manager::reply> resource_manager::expire(std::chrono::stead
   std::vector<reply> out;
   std::vector<branch_ptr> forgotten;
   for (auto& [id, b] : branches_) {
-    if (b->local || b->busy || b->deadline > now) continue;
+    if (b->busy || b->deadline > now) continue;
+    if (b->local) {
+      if (b->state != branch_state::idle) continue;  // being committed or rolled back
+      reply r;
+      r.code = XA_RBTIMEOUT;
+      r.act = action::roll_back;  // gone once rolled back: nobody asks a local transaction's code
+      r.target = b;
+      b->busy = true;
+      r.write = rollback_batch(*b, false, false);
+      r.work = std::move(b->work);
+      out.push_back(std::move(r));
+      continue;
+    }
     if (b->state == branch_state::rolled_back) {
       // Forgotten once nobody asked for another timeout, unless a connection still works on it.
       if (b->associated.empty() && b->suspended.empty()) forgotten.push_back(b);

@@ -77,6 +77,7 @@ std::string queue_record::encode() const {
   put_u32(v, id);
   v.push_back(static_cast<char>(type));
   put_string(v, topic);
+  if (creator) put_string(v, *creator);
   return v;
 }
 
@@ -89,6 +90,11 @@ bool queue_record::decode(std::string_view value, queue_record& out) {
   std::string_view topic;
   if (!get_string(value, topic)) return false;
   out.topic = topic;
+  out.creator.reset();
+  if (value.empty()) return true;
+  std::string_view creator;
+  if (!get_string(value, creator)) return false;
+  out.creator = std::string(creator);
   return value.empty();
 }
 

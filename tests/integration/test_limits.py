@@ -110,6 +110,11 @@ def test_max_branches_per_connection_counts_local_and_xa(broker_factory, raw):
     ("max-connections = 0", "limits.max-connections must be at least 1"),
     ("max-consumer-window = 4294967296", "limits.max-consumer-window must be at most 4294967295"),
     ("max-branches-per-connection = -1", "limits.max-branches-per-connection must be at least 1"),
+    ("max-branches-per-user = 0", "limits.max-branches-per-user must be at least 1"),
+    ("max-prepared-branches-per-user = 0", "limits.max-prepared-branches-per-user must be at least 1"),
+    ("max-transaction-bytes = 0", "limits.max-transaction-bytes must be at least 1"),
+    ("max-transaction-bytes-per-user = 0", "limits.max-transaction-bytes-per-user must be at least 1"),
+    ("max-queues-per-user = 0", "limits.max-queues-per-user must be at least 1"),
 ])
 def test_a_bad_limit_value_stops_escrowd(tmp_path, line, expected):
     (tmp_path / "escrowd.toml").write_text(f"[limits]\n{line}\n")
@@ -267,3 +272,146 @@ def test_a_producer_faster_than_the_disk_is_paused_and_loses_nothing(broker_fact
         assert chunk, f"closed after {nuls - 1} messages"
         nuls += chunk.count(b"\0")
     assert nuls == count + 2
+
+
+# --------------------------------------------------------------------------------------------
+# Per-user limits (docs/security.md, "Tenants"): anonymous counts as one user, so two anonymous
+# connections share them. test_tenants.py shows that another user is not affected.
+# --------------------------------------------------------------------------------------------
+
+def test_max_branches_per_user_counts_every_connection_of_the_user(broker_factory, raw):
+    b = broker_factory(config="[limits]\nmax-branches-per-user = 2\n")
+    first, _ = connected(raw, b)
+    first.send(frame_bytes("BEGIN", [("transaction", "t1"), ("receipt", "b1")]))
+    assert first.read_frame().command == "RECEIPT"
+    second, _ = connected(raw, b)
+    x = new_xid()
+    second.send(frame_bytes("XA-START", [("xid", x), ("receipt", "x1")]))
+    assert second.read_frame().headers["xa-result"] == "XA_OK"
+    third, _ = connected(raw, b)
+    third.send(frame_bytes("BEGIN", [("transaction", "t2"), ("receipt", "b2")]))
+    assert error_of(third) == ("too many open transactions: anonymous has 2 begun or started and not yet prepared "
+                               "or finished, over all connections (limits.max-branches-per-user)")
+    # One ends: room again.
+    first.send(frame_bytes("ABORT", [("transaction", "t1"), ("receipt", "a1")]))
+    assert first.read_frame().command == "RECEIPT"
+    fourth, _ = connected(raw, b)
+    fourth.send(frame_bytes("BEGIN", [("transaction", "t3"), ("receipt", "b3")]))
+    assert fourth.read_frame().command == "RECEIPT"
+
+
+def prepare_one(r, queue, tag):
+    x = new_xid()
+    r.send(frame_bytes("XA-START", [("xid", x), ("receipt", f"s{tag}")]))
+    assert r.read_frame().headers["xa-result"] == "XA_OK"
+    r.send(frame_bytes("SEND", [("destination", queue), ("receipt", f"m{tag}")], "work"))
+    assert r.read_frame().command == "RECEIPT"
+    r.send(frame_bytes("XA-END", [("xid", x), ("flags", "TMSUCCESS"), ("receipt", f"e{tag}")]))
+    assert r.read_frame().headers["xa-result"] == "XA_OK"
+    r.send(frame_bytes("XA-PREPARE", [("xid", x), ("receipt", f"p{tag}")]))
+    return x, r.read_frame()
+
+
+def test_max_prepared_branches_per_user_answers_xaer_rmerr_and_leaves_the_branch_idle(broker_factory, raw):
+    b = broker_factory(config="[limits]\nmax-prepared-branches-per-user = 1\n")
+    q = "/queue/" + unique("prep")
+    r, _ = connected(raw, b)
+    x1, reply = prepare_one(r, q, 1)
+    assert reply.headers["xa-result"] == "XA_OK"
+    x2, reply = prepare_one(r, q, 2)
+    assert reply.headers["xa-result"] == "XAER_RMERR"
+    assert "(limits.max-prepared-branches-per-user)" in reply.headers["message"], reply.headers
+    # The refused branch is still idle: its manager rolls it back.
+    r.send(frame_bytes("XA-ROLLBACK", [("xid", x2), ("receipt", "rb")]))
+    assert r.read_frame().headers["xa-result"] == "XA_OK"
+    # Once the first is decided, the next prepare goes through; the refused SEND never became visible.
+    r.send(frame_bytes("XA-COMMIT", [("xid", x1), ("receipt", "c1")]))
+    assert r.read_frame().headers["xa-result"] == "XA_OK"
+    _, reply = prepare_one(r, q, 3)
+    assert reply.headers["xa-result"] == "XA_OK"
+    # After a restart the prepared branch still counts.
+    b.kill9()
+    b.restart()
+    r, _ = connected(raw, b)
+    _, reply = prepare_one(r, q, 4)
+    assert reply.headers["xa-result"] == "XAER_RMERR"
+
+
+def test_max_transaction_bytes_refuses_the_send_that_goes_over(broker_factory, raw):
+    # Each SEND counts its body and its header lines (name, value, 2): here 1000 + 46.
+    headers = [("destination", "/queue/tx-bytes"), ("transaction", "t"), ("receipt", "r")]
+    per_send = 1000 + sum(len(n) + len(v) + 2 for n, v in headers)
+    b = broker_factory(config=f"[limits]\nmax-transaction-bytes = {3 * per_send}\n")
+    r, _ = connected(raw, b)
+    r.send(frame_bytes("BEGIN", [("transaction", "t"), ("receipt", "b")]))
+    assert r.read_frame().command == "RECEIPT"
+    for _ in range(3):
+        r.send(frame_bytes("SEND", headers, b"x" * 1000))
+        assert r.read_frame().command == "RECEIPT"
+    r.send(frame_bytes("SEND", headers, b"x"))
+    assert error_of(r) == (f"SEND refused: the transaction would hold {3 * per_send + 1 + per_send - 1000} bytes of "
+                           f"messages, above limits.max-transaction-bytes ({3 * per_send}); commit in smaller "
+                           "transactions")
+
+
+def test_max_transaction_bytes_per_user_counts_every_open_transaction_and_frees_on_commit(broker_factory, raw):
+    headers = [("destination", "/queue/" + unique("txu")), ("transaction", "t"), ("receipt", "r")]
+    per_send = 1000 + sum(len(n) + len(v) + 2 for n, v in headers)
+    b = broker_factory(config=f"[limits]\nmax-transaction-bytes-per-user = {2 * per_send}\n")
+    one, _ = connected(raw, b)
+    two, _ = connected(raw, b)
+    for r in (one, two):
+        r.send(frame_bytes("BEGIN", [("transaction", "t"), ("receipt", "b")]))
+        assert r.read_frame().command == "RECEIPT"
+        r.send(frame_bytes("SEND", headers, b"x" * 1000))
+        assert r.read_frame().command == "RECEIPT"
+    # Both hold one each: the user is at the limit. A commit frees its share.
+    one.send(frame_bytes("COMMIT", [("transaction", "t"), ("receipt", "c")]))
+    assert one.read_frame().command == "RECEIPT"
+    two.send(frame_bytes("SEND", headers, b"x" * 1000))
+    assert two.read_frame().command == "RECEIPT"
+    two.send(frame_bytes("SEND", headers, b"x" * 1000))
+    assert error_of(two).startswith(f"SEND refused: anonymous's open transactions would hold {3 * per_send} bytes")
+
+
+def test_max_queues_per_user_counts_what_its_frames_created_across_a_restart(broker_factory, raw):
+    b = broker_factory(config="[limits]\nmax-queues-per-user = 3\n")
+    r, _ = connected(raw, b)
+    names = [unique("own") for _ in range(2)]
+    for i, name in enumerate(names):
+        r.send(frame_bytes("SEND", [("destination", f"/queue/{name}"), ("receipt", f"r{i}")], "x"))
+        assert r.read_frame().command == "RECEIPT"
+    # A SUBSCRIBE that creates a queue counts too: the third.
+    r.send(frame_bytes("SUBSCRIBE", [("id", "s"), ("destination", f"/queue/{unique('sub')}"), ("receipt", "s")]))
+    assert r.read_frame().command == "RECEIPT"
+    r.send(frame_bytes("SEND", [("destination", f"/queue/{unique('fourth')}"), ("receipt", "r4")], "x"))
+    assert error_of(r) == ("no new queue: anonymous has created 3 queues and durable subscriptions "
+                           "(limits.max-queues-per-user); use an existing one, or ask an operator to delete unused ones")
+    # Existing queues take messages as before, and the count survives a restart (it is stored).
+    b.kill9()
+    b.restart()
+    r, _ = connected(raw, b)
+    r.send(frame_bytes("SEND", [("destination", f"/queue/{names[0]}"), ("receipt", "again")], "x"))
+    assert r.read_frame().command == "RECEIPT"
+    r.send(frame_bytes("SEND", [("destination", f"/queue/{unique('fifth')}"), ("receipt", "r5")], "x"))
+    assert "(limits.max-queues-per-user)" in error_of(r)
+
+
+def test_a_local_transaction_open_past_its_timeout_is_rolled_back_and_the_client_told(broker_factory, raw):
+    b = broker_factory(config="[transactions]\nlocal-timeout-ms = 200\n")
+    q = "/queue/" + unique("slow-tx")
+    r, _ = connected(raw, b)
+    r.send(frame_bytes("BEGIN", [("transaction", "t"), ("receipt", "b")]))
+    assert r.read_frame().command == "RECEIPT"
+    r.send(frame_bytes("SEND", [("destination", q), ("transaction", "t"), ("receipt", "s")], "never"))
+    assert r.read_frame().command == "RECEIPT"
+    # The broker's expiry pass (every second) rolls it back and says so.
+    assert error_of(r) == ("transaction 't' was open for more than 200 ms (transactions.local-timeout-ms): "
+                           "rolled back; nothing of it took effect")
+    b.wait_log("transaction 't' open for more than 200 ms: rolled back")
+    # Nothing of it is visible; a sentinel sent after it is the first message a consumer gets.
+    c, _ = connected(raw, b)
+    c.send(frame_bytes("SEND", [("destination", q), ("receipt", "p")], "sentinel"))
+    assert c.read_frame().command == "RECEIPT"
+    c.send(frame_bytes("SUBSCRIBE", [("id", "1"), ("destination", q)]))
+    assert c.read_frame().body == b"sentinel"

@@ -238,3 +238,29 @@ def test_a_sender_cannot_forge_another_users_identity(tenants):
     assert [m.body for m in consumer.wait_messages(2)][1] == "after"
     for c in (consumer, probe):
         c.close()
+
+
+def test_one_users_limits_leave_another_user_alone(broker_factory, users_file):
+    b = broker_factory(config=SETTINGS + "\n[limits]\nmax-queues-per-user = 2\nmax-branches-per-user = 1\n",
+                       start=False)
+    (b.workdir / "users.toml").write_text(users_file)
+    b.start()
+    alice = login(b, "alice")
+    for _ in range(2):
+        alice.send(f"/queue/orders.{unique()}", "x")
+    assert alice.xa("START", new_xid()).result == "XA_OK"
+    # At both limits, alice is refused ...
+    extra = login(b, "alice")
+    extra.conn.send(f"/queue/orders.{unique()}", "x", headers={"receipt": "r"})
+    assert "user 'alice' has created 2 queues" in extra.wait_error().headers["message"]
+    extra = login(b, "alice")
+    extra.conn.send_frame("BEGIN", {"transaction": "t", "receipt": "b"})
+    assert "user 'alice' has 1 begun or started" in extra.wait_error().headers["message"]
+    # ... and bob is not.
+    bob = login(b, "bob")
+    bob.send(f"/queue/billing.{unique()}", "x")
+    bob.begin("t")
+    bob.abort("t")
+    assert not bob.errors
+    for c in (alice, bob):
+        c.close()

@@ -751,6 +751,53 @@ TEST_SUITE("rm/resource_manager") {
     CHECK(rm.branches().empty());
   }
 
+  TEST_CASE("a local transaction open past its timeout is rolled back by expire, and then gone") {
+    resource_manager rm(1h, 10min);
+    auto a = rm.begin_local(c1, "alice");
+    add_work(*a, 190);
+    auto now = std::chrono::steady_clock::now();
+    CHECK(rm.expire(now + 9min).empty());
+    auto expired = rm.expire(now + 11min);
+    REQUIRE(expired.size() == 1);
+    auto& r = expired.front();
+    CHECK(r.target == a);
+    CHECK(r.act == action::roll_back);
+    CHECK(r.code == XA_RBTIMEOUT);
+    CHECK_FALSE(r.work.empty());  // the consumed entries go back to their queues
+    CHECK(rm.expire(now + 12min).empty());  // busy meanwhile: not twice
+    CHECK(rm.finish(r, storage::status{}) == XA_RBTIMEOUT);
+    CHECK(rm.branches().empty());
+    CHECK(rm.count("alice", {branch_state::idle}) == 0);
+  }
+
+  TEST_CASE("count follows each user's branches through their states") {
+    resource_manager rm(1h);
+    const caller alice{"alice"};
+    xid x = make_xid(91), y = make_xid(92);
+    auto open = [&] { return rm.count("alice", {branch_state::active, branch_state::idle, branch_state::rollback_only}); };
+    REQUIRE(rm.call(xa_verb::start, c1, x, TMNOFLAGS, alice).code == XA_OK);
+    auto local = rm.begin_local(c2, "alice");
+    CHECK(open() == 2);
+    CHECK(rm.count("bob", {branch_state::active, branch_state::idle}) == 0);
+    add_work(*rm.associated_branch(c1), 191);
+    REQUIRE(rm.call(xa_verb::end, c1, x, TMSUCCESS, alice).code == XA_OK);
+    auto r = rm.call(xa_verb::prepare, c1, x, TMNOFLAGS, alice);
+    REQUIRE(rm.finish(r, storage::status{}) == XA_OK);
+    CHECK(open() == 1);
+    CHECK(rm.count("alice", {branch_state::prepared}) == 1);
+    REQUIRE(rm.call(xa_verb::start, c3, y, TMNOFLAGS, alice).code == XA_OK);
+    rm.connection_closed(c3);  // active -> rollback-only: still open
+    CHECK(open() == 2);
+    r = rm.call(xa_verb::commit, c1, x, TMNOFLAGS, alice);
+    REQUIRE(rm.finish(r, storage::status{}) == XA_OK);
+    CHECK(rm.count("alice", {branch_state::prepared}) == 0);
+    r = rm.call(xa_verb::rollback, c2, local->id, TMNOFLAGS, caller{"alice"});
+    REQUIRE(rm.finish(r, storage::status{}) == XA_OK);
+    r = rm.call(xa_verb::rollback, c1, y, TMNOFLAGS, alice);
+    REQUIRE(rm.finish(r, storage::status{}) == XA_OK);
+    CHECK(open() == 0);
+  }
+
   TEST_CASE("load rebuilds prepared branches and heuristic outcomes from the store") {
     testing::temp_dir dir;
     xid prepared = make_xid(60), committed = make_xid(61), rolled_back = make_xid(62), done = make_xid(63);
@@ -918,7 +965,7 @@ TEST_SUITE("rm/resource_manager") {
     CHECK(back == x);
     CHECK_FALSE(xid::decode(branch_key("alice", x)));
     CHECK_FALSE(decode_branch_key(std::string("u\0", 2) + x.encode(), owner, back));  // empty owner
-    CHECK_FALSE(decode_branch_key("u\x05ali", owner, back));
+    CHECK_FALSE(decode_branch_key(std::string("u\x05") + "ali", owner, back));
   }
 
   TEST_CASE("load gives a rebuilt branch its owner") {

@@ -131,6 +131,26 @@ TEST_SUITE("storage/schema") {
     CHECK(out.id == 0xfffffffe);
     CHECK(out.type == queue_record::kind::durable_subscription);
     CHECK(out.topic == sub.topic);
+    CHECK_FALSE(out.creator);
+  }
+
+  TEST_CASE("queue records carry their creator at the end, and records without one still read") {
+    queue_record q;
+    q.id = 7;
+    q.creator = "alice";
+    queue_record out;
+    REQUIRE(queue_record::decode(q.encode(), out));
+    CHECK(out.creator == std::optional<std::string>("alice"));
+    q.creator = "";  // anonymous is a creator too
+    REQUIRE(queue_record::decode(q.encode(), out));
+    CHECK(out.creator == std::optional<std::string>(""));
+    q.creator.reset();
+    std::string old_form = q.encode();
+    REQUIRE(queue_record::decode(old_form, out));
+    CHECK_FALSE(out.creator);
+    CHECK_FALSE(queue_record::decode(old_form + std::string("\x05") + "ab", out));  // cut short
+    q.creator = "bob";
+    CHECK_FALSE(queue_record::decode(q.encode() + "x", out));  // trailing bytes
   }
 
   TEST_CASE("queue record decode rejects garbage") {

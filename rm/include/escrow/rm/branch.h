@@ -60,6 +60,7 @@ struct branch {
   std::uint64_t created_ms = 0;                    // wall clock, for operators
   int rolled_back_code = 0;  // state rolled_back: the XA_RB* code the next call answers
   bool busy = false;         // a storage write for it is in flight
+  std::uint64_t staged_bytes = 0;  // what its staged SENDs hold (broker limits), counted by the broker
 };
 using branch_ptr = std::shared_ptr<branch>;
 

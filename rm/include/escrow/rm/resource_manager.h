@@ -17,7 +17,9 @@
 // Thread: the core strand only; no locks.
 #pragma once
 
+#include <array>
 #include <chrono>
+#include <initializer_list>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -48,7 +50,10 @@ using branch_id = std::pair<std::string, xid>;
 
 class resource_manager {
  public:
-  explicit resource_manager(std::chrono::milliseconds branch_timeout);
+  // XA branches not prepared within `branch_timeout`, and local transactions open longer than
+  // `local_timeout`, are rolled back by expire().
+  explicit resource_manager(std::chrono::milliseconds branch_timeout,
+                            std::chrono::milliseconds local_timeout = std::chrono::hours(24 * 365));
 
   // Rebuilds prepared and heuristically completed branches from the `branches` table. Their
   // consumed entries must then be held by the broker's queues, their sends stay invisible.
@@ -98,8 +103,8 @@ class resource_manager {
   // rollback-only; idle and prepared branches are untouched.
   void connection_closed(std::uint64_t connection);
 
-  // Branches not prepared by their deadline are rolled back: one reply each (act time_out), to be
-  // submitted and finished like any other. Remembered rolled-back branches that nobody asked
+  // Branches not prepared by their deadline, and local transactions open past theirs, are rolled
+  // back: one reply each (act time_out), to be submitted and finished like any other. Remembered rolled-back branches that nobody asked
   // about for another timeout are dropped.
   std::vector<reply> expire(std::chrono::steady_clock::time_point now);
 
@@ -109,6 +114,8 @@ class resource_manager {
   void set_queue_exists(std::function<bool(std::uint32_t queue_id)> exists) { queue_exists_ = std::move(exists); }
 
   const std::map<branch_id, branch_ptr>& branches() const { return branches_; }
+  // How many branches of `owner` are in one of `states` (the per-user limits).
+  std::size_t count(const std::string& owner, std::initializer_list<branch_state> states) const;
   // The largest message id a recovered branch staged (the broker's ids must stay above it).
   std::uint64_t max_staged_message_id() const;
 
@@ -121,11 +128,17 @@ class resource_manager {
   void close_record(storage::batch& out, const branch& b, branch_state outcome) const;
 
   std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds local_timeout_;
   // The branch `who` names by `x` for `verb`, or null; sets r.code and r.problem when an admin's
   // xid is ambiguous.
   branch_ptr lookup(xa_verb verb, const xid& x, const caller& who, reply& r) const;
 
+  void set_state(branch& b, branch_state s);  // every change of a listed branch's state
+  void tally(const branch& b, int delta);     // counts b in (+1) or out (-1) of tallies_
+
   std::map<branch_id, branch_ptr> branches_;
+  // Branches by owner and state, for count(); an owner with none has no entry.
+  std::unordered_map<std::string, std::array<std::size_t, 9>> tallies_;
   std::unordered_map<std::uint64_t, branch_id> active_;  // connection -> branch it is associated with
   struct scan {
     std::vector<xid> xids;

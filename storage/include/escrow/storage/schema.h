@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -67,6 +68,9 @@ struct queue_record {
   std::uint32_t id = 0;
   kind type = kind::queue;
   std::string topic;  // the topic a durable subscription listens to; empty for a queue
+  // The user whose frame created it ("" anonymous); none for the broker's or an operator's queues
+  // and for records stored before queues had creators. Optional at the end of the record.
+  std::optional<std::string> creator;
 
   std::string encode() const;
   static bool decode(std::string_view value, queue_record& out);
