@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "core.h"
+#include "names.h"
 #include "durable_name.h"
 #include "core_timers.h"
 #include "escrow/storage/coding.h"
@@ -354,6 +355,10 @@ void broker::on_connect(std::uint64_t id, std::shared_ptr<outbound> out, connect
     c->out = std::move(out);
     c->info = std::move(info);
     m->connections.emplace(id, c);
+    if (auto problem = name_problem(c->info.client_id)) {
+      m->error(*c, "invalid client-id '" + loggable(c->info.client_id) + "': " + *problem);
+      return m->flush();
+    }
     if (!m->admit(*c)) return m->flush();
     c->admitted = true;
     frame connected{"CONNECTED",

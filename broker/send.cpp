@@ -7,6 +7,7 @@
 #include <charconv>
 
 #include "core.h"
+#include "names.h"
 #include "reserved_headers.h"
 #include "escrow/storage/coding.h"
 #include "escrow/storage/schema.h"
@@ -133,6 +134,9 @@ bool broker::impl::route(const connection_ptr& c, frame& f, routed_message& out,
   }
 
   std::vector<queue_ptr> targets;
+  if (is_destination(*destination))
+    if (auto problem = name_problem(destination->substr(kQueuePrefix.size())))
+      return error(*c, "invalid destination '" + loggable(*destination) + "': " + *problem, &f), false;
   if (is_destination(*destination) && !permitted(*c, permission::send, destination->substr(kQueuePrefix.size()), &f))
     return false;
   if (destination->rfind(kQueuePrefix, 0) == 0 && !may_create_queue(*c, "q/" + destination->substr(kQueuePrefix.size()), &f))

@@ -6,6 +6,7 @@
 #include <charconv>
 
 #include "core.h"
+#include "names.h"
 #include "durable_name.h"
 #include "escrow/storage/schema.h"
 #include "escrow/storage/store.h"
@@ -78,6 +79,12 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
   queue_ptr created;  // a new durable subscription: it joins its topic once its record is stored
   std::string_view dest = *destination;
   bool named = (dest.rfind("/queue/", 0) == 0 || dest.rfind("/topic/", 0) == 0) && dest.size() > 7;
+  if (named)
+    if (auto problem = name_problem(dest.substr(7)))
+      return error(*c, "invalid destination '" + loggable(dest) + "': " + *problem, &f);
+  if (const std::string* name = durable_name(f))
+    if (auto problem = name_problem(*name))
+      return error(*c, "invalid durable subscription name '" + loggable(*name) + "': " + *problem, &f);
   if (named && !permitted(*c, permission::consume, dest.substr(7), &f)) return;
   if (dest.rfind("/queue/", 0) == 0 && dest.size() > 7) {
     if (!may_create_queue(*c, "q/" + std::string(dest.substr(7)), &f)) return;

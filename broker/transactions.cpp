@@ -7,6 +7,7 @@
 #include <charconv>
 
 #include "core.h"
+#include "names.h"
 #include "escrow/storage/coding.h"
 #include "escrow/storage/schema.h"
 #include "escrow/xa.h"
@@ -207,7 +208,7 @@ void broker::impl::time_out_local(const rm::branch_ptr& b) {
       std::string name = it->first;
       c->transactions.erase(it);
       spdlog::warn("connection {} ({}): transaction '{}' open for more than {} ms: rolled back", c->id, c->info.peer,
-                   name, config.local_timeout_ms);
+                   loggable(name), config.local_timeout_ms);
       // The client learns it at once: its next SEND, ACK or COMMIT in it would be refused anyway.
       return error(*c, "transaction '" + name + "' was open for more than " + std::to_string(config.local_timeout_ms) +
                            " ms (transactions.local-timeout-ms): rolled back; nothing of it took effect");

@@ -264,3 +264,29 @@ def test_one_users_limits_leave_another_user_alone(broker_factory, users_file):
     assert not bob.errors
     for c in (alice, bob):
         c.close()
+
+
+@pytest.mark.parametrize("header,value,expected", [
+    # A header value escaped per STOMP 1.2 (\n) arrives as a real newline in the name.
+    ("destination", "/queue/orders.a\\n[error] forged", r"invalid destination '/queue/orders\.a\\n\[error\] forged': "
+                                                        r"it contains U\+000A, a control character, at byte 8"),
+    ("destination", "/topic/orders.\u200bx", r"U\+200B, a zero-width or direction-changing character"),
+])
+def test_a_name_that_shows_differently_is_refused_and_cannot_forge_a_log_line(broker, raw, header, value, expected):
+    from conftest import frame_bytes
+    r = raw(broker)
+    r.send(frame_bytes("CONNECT", [("accept-version", "1.2"), ("host", "x")]))
+    assert r.read_frame().command == "CONNECTED"
+    command = "SEND" if value.startswith("/queue/") else "SUBSCRIBE"
+    r.send(frame_bytes(command, [(header, value), ("id", "1"), ("receipt", "r")], "x"))
+    frames = r.read_until_closed()
+    assert frames and frames[0].command == "ERROR" and re.search(expected, frames[0].headers["message"]), frames
+    assert "\n[error] forged" not in broker.log
+
+
+def test_a_client_id_with_a_hidden_character_is_refused(broker, raw):
+    from conftest import frame_bytes
+    r = raw(broker)
+    r.send(frame_bytes("CONNECT", [("accept-version", "1.2"), ("host", "x"), ("client-id", "app\u202eppa")]))
+    f = r.read_frame()
+    assert f.command == "ERROR" and "invalid client-id" in f.headers["message"] and "U+202E" in f.headers["message"], f
