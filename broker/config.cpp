@@ -272,7 +272,16 @@ std::string apply_config(const toml::table& root, const std::string& path, broke
         {"max-queues-per-user", unsigned_field(config.max_queues_per_user, 1)}}},
       {"security",
        {{"users-file", string_field(config.users_file)},
-        {"login-backoff-max-ms", unsigned_field(config.login_backoff_max_ms)}}},
+        {"login-backoff-max-ms", unsigned_field(config.login_backoff_max_ms)},
+        {"login-threads", [&config](const toml::node& n) -> std::string {
+           auto v = n.value_exact<std::int64_t>();
+           if (!n.is_integer() || !v) return "must be an integer";
+           if (*v < 1 || *v > 64) return "must be from 1 to 64";
+           config.login_threads = static_cast<unsigned>(*v);
+           return "";
+         }},
+        {"max-waiting-logins-per-address", unsigned_field(config.max_waiting_logins_per_address)},
+        {"max-pending-logins", unsigned_field(config.max_pending_logins, 1)}}},
       {"delivery",
        {{"consumer-window", unsigned_field(config.consumer_window, 1)},
         {"queue-memory-window", unsigned_field(config.queue_memory_window, 1)},

@@ -79,7 +79,10 @@ struct broker_config {
   // escrowd allows only when every STOMP listener is on a loopback address.
   std::string users_file;
   std::vector<security_setting_entry> security_settings;  // [[security-settings]]
-  std::uint64_t login_backoff_max_ms = 10000;  // longest wait imposed on an address after failed logins
+  std::uint64_t login_backoff_max_ms = 10000;  // longest delay a failed login imposes on the next check
+  unsigned login_threads = 2;                  // threads that check passwords
+  std::size_t max_waiting_logins_per_address = 8;  // checks from one address waiting behind its running one
+  std::size_t max_pending_logins = 256;        // checks waiting or running, all addresses together
 
   // delivery
   std::uint32_t consumer_window = 1000;     // unacknowledged messages per subscription by default

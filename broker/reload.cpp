@@ -59,6 +59,10 @@ std::vector<std::string> changes_needing_restart(const broker_config& a, const b
   check(a.max_queues_per_user == b.max_queues_per_user, "limits.max-queues-per-user");
   check(a.users_file == b.users_file, "security.users-file");
   check(a.login_backoff_max_ms == b.login_backoff_max_ms, "security.login-backoff-max-ms");
+  check(a.login_threads == b.login_threads, "security.login-threads");
+  check(a.max_waiting_logins_per_address == b.max_waiting_logins_per_address,
+        "security.max-waiting-logins-per-address");
+  check(a.max_pending_logins == b.max_pending_logins, "security.max-pending-logins");
   check(a.consumer_window == b.consumer_window, "delivery.consumer-window");
   check(a.queue_memory_window == b.queue_memory_window, "delivery.queue-memory-window");
   check(a.branch_timeout_ms == b.branch_timeout_ms, "transactions.timeout-ms");
@@ -115,6 +119,8 @@ void reload_configuration(const broker_config& running, broker& core) {
       return;
     }
     spdlog::info("SIGHUP: users file {}: {} users", running.users_file, users->by_name.size());
+    if (std::string warning = users_file_exposure(running.users_file); !warning.empty())
+      spdlog::warn("SIGHUP: {}", warning);
     core.authentication()->replace_users(std::move(users));
   }
   if (auto restart = changes_needing_restart(running, fresh); !restart.empty())

@@ -2,6 +2,7 @@
 #include "security.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <toml++/toml.h>
 
@@ -111,6 +112,17 @@ std::string load_users_file(const std::string& path, users_table& out) {
   }
   out = std::move(users);
   return "";
+}
+
+std::string users_file_exposure(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) return "";
+  unsigned mode = st.st_mode & 07777;
+  if ((mode & (S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH)) == 0) return "";
+  bool read = mode & (S_IRGRP | S_IROTH), written = mode & (S_IWGRP | S_IWOTH);
+  return fmt::format("the users file {} may be {} by others than its owner (mode {:04o}): it holds the password "
+                     "hashes; make it readable by escrowd's user only (chmod 600 {})",
+                     path, read && written ? "read and written" : read ? "read" : "written", mode, path);
 }
 
 }  // namespace escrow::broker

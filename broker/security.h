@@ -55,4 +55,8 @@ struct users_table {
 // Reads the users file. Returns "" on success, else an error naming the file, line and key.
 std::string load_users_file(const std::string& path, users_table& out);
 
+// A warning when the users file (holding password hashes) may be read or written by others than
+// its owner: group or other permission bits set. "" when it is private (or cannot be examined).
+std::string users_file_exposure(const std::string& path);
+
 }  // namespace escrow::broker

@@ -174,6 +174,7 @@ int run_server(const broker_config& config) {
       return 2;
     }
     spdlog::info("users file {}: {} users", config.users_file, table->by_name.size());
+    if (std::string warning = users_file_exposure(config.users_file); !warning.empty()) spdlog::warn("{}", warning);
     users = std::move(table);
   }
 
@@ -220,9 +221,10 @@ int run_server(const broker_config& config) {
     io_threads = cores > 2 ? cores - 1 : 1;
   }
   asio::io_context io(static_cast<int>(io_threads));
-  // After the I/O context, so destroyed before it: the login thread joins while the context the
+  // After the I/O context, so destroyed before it: the login threads join while the context the
   // checks answer to still exists.
-  authenticator auth(users, config.login_backoff_max_ms);
+  authenticator auth(users, login_limits{config.login_backoff_max_ms, config.login_threads,
+                                         config.max_waiting_logins_per_address, config.max_pending_logins});
   broker core(io, *store, config);
   // On every return from here on, `core` must not be destroyed before the store's committer has
   // finished: the completions of what open() or a client submitted call into it. An early return

@@ -24,20 +24,19 @@ constexpr auto kNoThrow = asio::as_tuple(use_awaitable);
 
 namespace {
 
-// Runs `work` on `pool` and completes with its result on the caller's executor: slow work (a
-// password hash) leaves the I/O thread free meanwhile.
-template <typename Work, typename Token>
-auto run_on(asio::thread_pool& pool, Work work, Token&& token) {
-  using result = decltype(work());
-  return asio::async_initiate<Token, void(result)>(
-      [&pool](auto handler, Work work) {
+// Submits a password check to the authenticator and completes with its verdict on the caller's
+// executor; the I/O thread is free meanwhile.
+template <typename Token>
+auto async_check(authenticator& auth, login_request request, Token&& token) {
+  return asio::async_initiate<Token, void(login_result)>(
+      [&auth](auto handler, login_request request) {
         auto home = asio::get_associated_executor(handler);
-        asio::post(pool, [handler = std::move(handler), work = std::move(work), home]() mutable {
-          result r = work();
-          asio::post(home, [handler = std::move(handler), r = std::move(r)]() mutable { std::move(handler)(std::move(r)); });
+        auto shared = std::make_shared<decltype(handler)>(std::move(handler));
+        auth.submit(std::move(request), [shared, home](login_result verdict) {
+          asio::post(home, [shared, verdict = std::move(verdict)]() mutable { std::move(*shared)(std::move(verdict)); });
         });
       },
-      token, std::move(work));
+      token, std::move(request));
 }
 
 }  // namespace
@@ -233,23 +232,21 @@ bool basic_session<Stream>::on_frame(frame& f) {
   return true;
 }
 
-// Checks CONNECT's credentials (authenticator.h): first the wait the peer's address owes after
-// failed logins, then the check itself on the authenticator's thread.
+// Checks CONNECT's credentials (authenticator.h): answered at once when no password check is
+// needed (a login that already succeeded, a client certificate), else queued for a login thread.
+// From here on the connect timeout no longer applies: the client has sent its CONNECT, and the
+// time its check waits for its turn is the broker's, not the client's.
 template <typename Stream>
 asio::awaitable<login_result> basic_session<Stream>::authenticate(const frame& f) {
   authenticator* auth = core_.authentication();
   if (!auth) co_return login_result{true, {}, {}, {}};
   login_request request{peer_ip_, std::string(f.get("login")), std::string(f.get("passcode")), peer_subject_};
-  if (auto wait = auth->wait_before_attempt(peer_ip_); wait.count() > 0) {
-    spdlog::debug("connection {} from {}: login waits {} ms after failed logins from this address", id_, peer_,
-                  wait.count());
-    asio::steady_timer timer(stream_.get_executor(), wait);
-    co_await timer.async_wait(kNoThrow);
-  }
-  // Named, not a temporary inside the co_await expression: g++ 12 destroyed such a lambda's
-  // captures twice (free(): invalid pointer at the first login).
-  auto check = [auth, request = std::move(request)] { return auth->check(request); };
-  login_result verdict = co_await run_on(auth->pool(), std::move(check), use_awaitable);
+  if (auto at_once = auth->answer_at_once(request)) co_return std::move(*at_once);
+  connect_received_ = true;
+  // Named, not a temporary inside the co_await expression: g++ 12 destroyed such temporaries'
+  // members twice (free(): invalid pointer at the first login).
+  auto check = async_check(*auth, std::move(request), use_awaitable);
+  login_result verdict = co_await std::move(check);
   co_return verdict;
 }
 
@@ -404,7 +401,9 @@ template <typename Stream>
 asio::awaitable<void> basic_session<Stream>::watchdog() {
   while (!closing_) {
     auto now = clock::now();
-    if (!connected_) {
+    if (!connected_ && connect_received_) {
+      watchdog_timer_.expires_at(clock::time_point::max());  // its login is being checked
+    } else if (!connected_) {
       auto deadline = started_ + std::chrono::milliseconds(config_.connect_timeout_ms);
       if (now >= deadline) {
         spdlog::info("connection {} ({}): no CONNECT within {} ms; closing", id_, peer_, config_.connect_timeout_ms);

@@ -1,8 +1,9 @@
 // One client connection's network side, on its own strand of the I/O pool: a reading coroutine
 // that parses frames and hands them to the core, a writing coroutine that sends whatever the core
 // queued in one gather write (and heart-beats when it has been quiet), and a watchdog that closes
-// a connection that says nothing (no CONNECT in time, or heart-beats missed). The session handles
-// CONNECT itself (version and heart-beat negotiation); every later frame goes to the core in order.
+// a connection that says nothing (no CONNECT in time, or heart-beats missed; the time a CONNECT's
+// password check waits for its turn does not count). The session handles CONNECT itself (login,
+// version and heart-beat negotiation); every later frame goes to the core in order.
 //
 // The same code runs over a plain TCP socket and over TLS: basic_session is a template on the
 // stream, instantiated for both in session.cpp (plain_session, tls_session). A TLS session first
@@ -94,6 +95,7 @@ class basic_session final : public session_base,
   bool handshake_timed_out_ = false;  // TLS: connect-timeout-ms passed during the handshake
   std::string peer_subject_;          // TLS: the client certificate's subject, "" when none
   bool connected_ = false;
+  bool connect_received_ = false;  // its CONNECT waits for the password check: no connect timeout
   bool closing_ = false;  // stop reading; write what is queued, then close
   bool reported_closed_ = false;
   int live_coroutines_ = 0;

@@ -42,4 +42,22 @@ TEST_SUITE("broker/config") {
           "t.toml:2: delivery.consumer-window must be at least 1");
     CHECK(load_config_text("x = [", "t.toml", config).rfind("t.toml:1: ", 0) == 0);
   }
+
+  TEST_CASE("the login keys: defaults and their edges") {
+    broker_config config;
+    CHECK(config.login_threads == 2);
+    CHECK(config.max_waiting_logins_per_address == 8);
+    CHECK(config.max_pending_logins == 256);
+    CHECK(load_config_text("[security]\nlogin-threads = 64\nmax-waiting-logins-per-address = 0\n"
+                           "max-pending-logins = 1\n", "t.toml", config).empty());
+    CHECK(config.login_threads == 64);
+    CHECK(config.max_waiting_logins_per_address == 0);
+    CHECK(config.max_pending_logins == 1);
+    CHECK(load_config_text("[security]\nlogin-threads = 65\n", "t.toml", config) ==
+          "t.toml:2: security.login-threads must be from 1 to 64");
+    CHECK(load_config_text("[security]\nlogin-threads = 0\n", "t.toml", config) ==
+          "t.toml:2: security.login-threads must be from 1 to 64");
+    CHECK(load_config_text("[security]\nmax-pending-logins = 0\n", "t.toml", config) ==
+          "t.toml:2: security.max-pending-logins must be at least 1");
+  }
 }

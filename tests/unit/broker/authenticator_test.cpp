@@ -1,0 +1,95 @@
+// The login checks that need no thread (a verified certificate, a login that already succeeded)
+// and the one slow hash every other check costs, whatever it is refused for.
+#include <doctest/doctest.h>
+
+#include <future>
+
+#include "authenticator.h"
+#include "password_hash.h"
+
+using namespace escrow::broker;
+
+namespace {
+
+std::shared_ptr<const users_table> users() {
+  auto t = std::make_shared<users_table>();
+  user_entry alice{"alice", make_password_hash("alice-secret", kMinPasswordIterations), {"app"}, "", 1};
+  user_entry svc{"svc", "", {"app"}, "CN=svc", 2};
+  t->by_name["alice"] = alice;
+  t->by_name["svc"] = svc;
+  t->name_by_subject["CN=svc"] = "svc";
+  return t;
+}
+
+login_result checked(authenticator& auth, const login_request& r) {
+  std::promise<login_result> verdict;
+  auto answer = verdict.get_future();
+  auth.submit(r, [&verdict](login_result v) { verdict.set_value(std::move(v)); });
+  return answer.get();
+}
+
+}  // namespace
+
+TEST_SUITE("broker/authenticator") {
+  TEST_CASE("every refused password login costs one slow hash, with the same answer") {
+    authenticator auth(users(), login_limits{});
+    const std::string refused = "login refused: unknown user or wrong passcode";
+    std::vector<login_request> bad{{"127.0.0.1", "alice", "wrong", ""},
+                                   {"127.0.0.1", "mallory", "x", ""},
+                                   {"127.0.0.1", "svc", "x", ""},  // certificate only: the dummy hash
+                                   {"127.0.0.1", "", "", ""}};
+    for (const auto& r : bad) {
+      CAPTURE(r.login);
+      CHECK_FALSE(auth.answer_at_once(r).has_value());
+      auto before = auth.password_hashes();
+      auto v = checked(auth, r);
+      CHECK_FALSE(v.ok);
+      CHECK(v.problem == refused);
+      CHECK(auth.password_hashes() == before + 1);
+    }
+    CHECK(auth.failed_logins() == bad.size());
+  }
+
+  TEST_CASE("a login that succeeded once, and a certificate, are answered at once") {
+    authenticator auth(users(), login_limits{});
+    login_request r{"127.0.0.1", "alice", "alice-secret", ""};
+    CHECK_FALSE(auth.answer_at_once(r).has_value());
+    auto first = checked(auth, r);
+    CHECK(first.ok);
+    CHECK(first.user == "alice");
+    auto hashes = auth.password_hashes();
+    auto again = auth.answer_at_once(r);
+    REQUIRE(again.has_value());
+    CHECK(again->ok);
+    CHECK(again->roles == std::vector<std::string>{"app"});
+    CHECK_FALSE(auth.answer_at_once({"127.0.0.1", "alice", "other", ""}).has_value());
+    auto cert = auth.answer_at_once({"127.0.0.1", "", "", "CN=svc"});
+    REQUIRE(cert.has_value());
+    CHECK(cert->user == "svc");
+    auto other = auth.answer_at_once({"127.0.0.1", "alice", "alice-secret", "CN=svc"});
+    REQUIRE(other.has_value());
+    CHECK_FALSE(other->ok);
+    CHECK(auth.password_hashes() == hashes);
+    // A reload forgets what succeeded: the next login is checked again.
+    auth.replace_users(users());
+    CHECK_FALSE(auth.answer_at_once(r).has_value());
+  }
+
+  TEST_CASE("over the bound of waiting logins from one address, a login is refused at once") {
+    // No login may wait behind the one running: the second from the address is refused unchecked.
+    // The first is checked against a hash of the default cost (0.3 s), the second comes at once.
+    auto table = std::make_shared<users_table>(*users());
+    table->by_name["alice"].password_hash = make_password_hash("alice-secret");
+    authenticator auth(table, login_limits{10000, 1, 0, 256});
+    std::promise<login_result> first;
+    auto first_answer = first.get_future();
+    login_request r{"127.0.0.1", "alice", "wrong", ""};
+    auth.submit(r, [&first](login_result v) { first.set_value(std::move(v)); });
+    std::optional<login_result> second;
+    auth.submit(r, [&second](login_result v) { second = std::move(v); });
+    // Answered before submit returned (the first is still waiting or running: its hash is slow).
+    REQUIRE(second.has_value());
+    CHECK_FALSE(second->ok);
+    CHECK(first_answer.get().problem == second->problem);
+  }
+}
