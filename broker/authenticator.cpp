@@ -10,6 +10,7 @@
 #include <charconv>
 #include <stdexcept>
 
+#include "names.h"
 #include "password_hash.h"
 
 namespace escrow::broker {
@@ -142,7 +143,7 @@ std::optional<login_result> authenticator::answer_at_once(const login_request& r
       if (!r.login.empty() && r.login != user.name) {
         failed_logins_.fetch_add(1, std::memory_order_relaxed);
         spdlog::warn("failed login from {}: the certificate belongs to user '{}', the login names '{}'", r.peer_ip,
-                     user.name, r.login);
+                     user.name, loggable(r.login));
         return refused();
       }
       result.ok = true;
@@ -191,7 +192,7 @@ void authenticator::submit(login_request request, callback done) {
     } else {
       ++pending_;
       if (line != lines_.end()) {
-        spdlog::debug("login of '{}' from {} waits its turn behind {} from this address", a.request.login,
+        spdlog::debug("login of '{}' from {} waits its turn behind {} from this address", loggable(a.request.login),
                       a.request.peer_ip, line->second.waiting.size() + 1);
         line->second.waiting.push_back(std::move(a));
       } else {
@@ -222,7 +223,7 @@ void authenticator::schedule(attempt a) {
   auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(due - now);
   spdlog::debug("login check of '{}' from {}: {} earlier failures of this user from this address, {} in all; "
                 "waits {} ms",
-                r.login, r.peer_ip, pair_failures, user_failures, wait.count());
+                loggable(r.login), r.peer_ip, pair_failures, user_failures, wait.count());
   due_.emplace(due, std::move(a));
   wake_.notify_one();
 }
@@ -307,11 +308,11 @@ login_result authenticator::check(const login_request& r) {
   if (r.login.empty())
     reason = "no login header (this broker requires a user)";
   else if (u == users->by_name.end())
-    reason = "unknown user '" + r.login + "'";
+    reason = "unknown user '" + loggable(r.login) + "'";
   else if (!user)
-    reason = "user '" + r.login + "' logs in only with a client certificate";
+    reason = "user '" + loggable(r.login) + "' logs in only with a client certificate";
   else
-    reason = "wrong passcode for user '" + r.login + "'";
+    reason = "wrong passcode for user '" + loggable(r.login) + "'";
   record_failure(r);
   spdlog::warn("failed login from {}: {}", r.peer_ip, reason);
   return refused();
