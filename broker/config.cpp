@@ -4,6 +4,7 @@
 #include "config_security.h"
 #include "config_tls.h"
 #include "config_where.h"
+#include "http_access.h"
 
 #include <fmt/format.h>
 
@@ -14,6 +15,14 @@
 #include <toml++/toml.h>
 
 namespace escrow::broker {
+
+std::string load_http_token_file(const broker_config& config, std::vector<token_digest>& tokens) {
+  if (config.http_token_file.empty()) return "";
+  if (std::string err = load_http_tokens(config.http_token_file, tokens); !err.empty())
+    return (config.http_token_file_where.empty() ? "http.token-file" : config.http_token_file_where) + " '" +
+           config.http_token_file + "': " + err;
+  return "";
+}
 
 std::optional<listen_address> parse_listen_address(const std::string& text) {
   std::string host;
@@ -251,7 +260,8 @@ std::string apply_config(const toml::table& root, const std::string& path, broke
         {"max-group-batches", unsigned_field(config.max_group_batches, 1)},
         {"max-size", unsigned_field(config.max_size)},
         {"max-map-size", unsigned_field(config.max_map_size)},
-        {"min-free-disk", unsigned_field(config.min_free_disk)}}},
+        {"min-free-disk", unsigned_field(config.min_free_disk)},
+        {"backup-root", string_field(config.backup_root)}}},
       {"limits",
        {{"max-frame-size", unsigned_field(config.frames.max_frame_size, 64)},
         {"max-headers", unsigned_field(config.frames.max_headers, 1)},
@@ -301,6 +311,25 @@ std::string apply_config(const toml::table& root, const std::string& path, broke
           auto a = parse_listen_address(*text);
           if (!a) return "'" + *text + "' is not \"HOST:PORT\" (e.g. \"127.0.0.1:8161\"; \"\" turns HTTP off)";
           config.http_listen = *a;
+          return "";
+        }},
+        {"allowed-hosts", [&config](const toml::node& n) -> std::string {
+          const toml::array* list = n.as_array();
+          if (!list) return "must be an array of host names, e.g. [\"metrics.example.com\"]";
+          std::vector<std::string> out;
+          for (const auto& item : *list) {
+            auto s = item.value<std::string>();
+            if (!item.is_string() || !s) return "must be an array of host names, e.g. [\"metrics.example.com\"]";
+            if (auto problem = check_allowed_host(*s); !problem.empty()) return problem;
+            out.push_back(*s);
+          }
+          config.http_allowed_hosts = std::move(out);
+          return "";
+        }},
+        {"token-file", [&config, &path](const toml::node& n) -> std::string {
+          if (!n.is_string()) return "must be a string (the path of a file holding the token; \"\" for none)";
+          config.http_token_file = *n.value<std::string>();
+          config.http_token_file_where = where(path, n, "http.token-file");
           return "";
         }}}},
       {"heartbeat",

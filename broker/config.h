@@ -3,6 +3,7 @@
 // broker enforces is a field here; docs/configuration.md lists them with their defaults.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -56,6 +57,9 @@ struct broker_config {
   std::uint64_t max_map_size = 0;                      // the map never grows beyond it; 0: no limit
   std::uint64_t max_size = 0;                          // live store bytes that refuse sends; 0: none
   std::uint64_t min_free_disk = 256ull * 1024 * 1024;  // free disk below which sends are refused
+  // `escrow backup` writes only into directories under this one (symbolic links resolved); "" (the
+  // default): backups are refused. Relative: to escrowd's working directory. SIGHUP applies it.
+  std::string backup_root;
 
   // limits
   frame_limits frames;
@@ -108,7 +112,18 @@ struct broker_config {
 
   // [http] listen: /metrics, /status and /health (docs/operations.md); nullopt (the default): off.
   std::optional<listen_address> http_listen;
+  // [http] allowed-hosts: Host names (or addresses, "NAME:PORT" for one port, "*" for any) served
+  // besides localhost, loopback addresses and the listen host (http_access.h). SIGHUP applies it.
+  std::vector<std::string> http_allowed_hosts;
+  // [http] token-file: set, every request but /health needs `Authorization: Bearer TOKEN`, a token
+  // from that file (one per line). Read at start and at SIGHUP; relative to the working directory.
+  std::string http_token_file;
+  std::string http_token_file_where;  // "FILE:LINE: http.token-file", for errors reading the file
 };
+
+// Reads [http] token-file when set (nothing to do otherwise): "" or the error, naming where the
+// file was configured. escrowd calls it before opening the store, and `escrow check-config` too.
+std::string load_http_token_file(const broker_config& config, std::vector<std::array<unsigned char, 32>>& tokens);
 
 // Parses "HOST:PORT" (IPv6 as "[::1]:61613"). Returns nullopt when malformed.
 std::optional<listen_address> parse_listen_address(const std::string& text);

@@ -1,7 +1,8 @@
 // Boost.Beast HTTP/1.1 for /metrics, /status and /health. Each connection is a coroutine on its own
 // strand: read one request (headers at most 8 KiB, a body at most 4 KiB, 10 s to arrive), answer,
-// repeat while the client keeps the connection alive. Only GET and HEAD; other methods get 405,
-// other paths 404.
+// repeat while the client keeps the connection alive. A request must carry exactly one Host header
+// naming this endpoint (400 without, 421 for another name) and, with a token file, the bearer token
+// (401; /health needs none). Then only GET and HEAD; other methods get 405, other paths 404.
 #include "http_server.h"
 
 #include <spdlog/spdlog.h>
@@ -14,6 +15,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <atomic>
+#include <limits>
 #include <memory>
 
 #include "broker.h"
@@ -32,6 +35,7 @@ constexpr std::string_view kVersion = "0.1.0";  // as escrowd's CONNECTED frame 
 constexpr std::size_t kHeaderLimit = 8 * 1024;
 constexpr std::size_t kBodyLimit = 4 * 1024;
 constexpr auto kTimeout = std::chrono::seconds(10);
+constexpr auto kRefusalLogInterval = std::chrono::seconds(60);
 
 // Asks the core for a snapshot; completes on the caller's executor.
 template <typename Token>
@@ -56,22 +60,79 @@ response make_response(const http::request<http::string_body>& req, http::status
   res.set(http::field::server, "escrowd/" + std::string(kVersion));
   res.set(http::field::content_type, content_type);
   res.set(http::field::cache_control, "no-store");
+  res.set("X-Content-Type-Options", "nosniff");
   res.keep_alive(req.keep_alive());
   res.content_length(body.size());
   if (req.method() != http::verb::head) res.body() = std::move(body);
   return res;
 }
 
-asio::awaitable<response> answer(const http::request<http::string_body>& req, http_context& context) {
+// A value from the request, safe to put in a plain-text answer and the log: printable ASCII, short.
+std::string printable(std::string_view value) {
+  std::string out;
+  for (char c : value.substr(0, 100)) out += (c >= ' ' && c < 0x7f) ? c : '?';
+  return value.size() > 100 ? out + "..." : out;
+}
+
+// Refused requests are logged at debug level, and one of them a minute at warn level, so that a
+// misconfigured scraper (or someone trying) shows in the log without flooding it.
+void log_refusal(const std::string& peer, const std::string& why) {
+  static std::atomic<std::int64_t> last_warned{std::numeric_limits<std::int64_t>::min()};
+  auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+  auto last = last_warned.load();
+  auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(kRefusalLogInterval).count();
+  if ((last == std::numeric_limits<std::int64_t>::min() || now - last >= interval) &&
+      last_warned.compare_exchange_strong(last, now))
+    spdlog::warn("http: refused a request from {}: {} (one refusal a minute is logged at this level, every one "
+                 "at debug level)", peer, why);
+  else
+    spdlog::debug("http: refused a request from {}: {}", peer, why);
+}
+
+asio::awaitable<response> answer(const http::request<http::string_body>& req, http_context& context,
+                                 const std::string& peer) {
   constexpr std::string_view text = "text/plain; charset=utf-8";
+  std::string_view target(req.target().data(), req.target().size());
+  std::string_view path = target.substr(0, target.find('?'));
+  std::shared_ptr<const http_access> access = context.access();
+
+  // The Host check comes first: a page that re-pointed its own name at this address learns nothing.
+  if (req.count(http::field::host) != 1) {
+    log_refusal(peer, "no Host header, or more than one");
+    co_return make_response(req, http::status::bad_request, text, "bad request: a request needs one Host header\n");
+  }
+  std::string_view host(req[http::field::host].data(), req[http::field::host].size());
+  if (!host_allowed(*access, host)) {
+    log_refusal(peer, "Host '" + printable(host) + "' is not allowed ([http] allowed-hosts)");
+    co_return make_response(req, http::status::misdirected_request, text,
+                            "misdirected request: Host '" + printable(host) +
+                                "' is not a name of this endpoint (an operator may add it to [http] allowed-hosts)\n");
+  }
+  // /health stays open to a load balancer that cannot send a token: it says only ok or why not.
+  if (!access->tokens.empty() && path != "/health") {
+    auto headers = req.count(http::field::authorization);
+    bearer_check check = headers == 0 ? bearer_check::missing
+                         : headers > 1
+                             ? bearer_check::wrong
+                             : check_bearer(*access, std::string_view(req[http::field::authorization].data(),
+                                                                      req[http::field::authorization].size()));
+    if (check != bearer_check::ok) {
+      bool missing = check == bearer_check::missing;
+      log_refusal(peer, missing ? "no bearer token" : "wrong bearer token");
+      auto res = make_response(req, http::status::unauthorized, text,
+                               missing ? "unauthorized: this endpoint needs Authorization: Bearer <token>\n"
+                                       : "unauthorized: the bearer token is not valid\n");
+      res.set(http::field::www_authenticate,
+              missing ? R"(Bearer realm="escrowd")" : R"(Bearer realm="escrowd", error="invalid_token")");
+      co_return res;
+    }
+  }
   if (req.method() != http::verb::get && req.method() != http::verb::head) {
     auto res = make_response(req, http::status::method_not_allowed, text,
                              "method not allowed: only GET and HEAD are served here\n");
     res.set(http::field::allow, "GET, HEAD");
     co_return res;
   }
-  std::string_view target(req.target().data(), req.target().size());
-  std::string_view path = target.substr(0, target.find('?'));
   if (path != "/metrics" && path != "/status" && path != "/health")
     co_return make_response(req, http::status::not_found, text,
                             "not found: this endpoint serves /metrics, /status and /health\n");
@@ -94,6 +155,10 @@ asio::awaitable<response> answer(const http::request<http::string_body>& req, ht
 }
 
 asio::awaitable<void> serve(tcp::socket socket, http_context& context) {
+  boost::system::error_code peer_error;
+  auto remote = socket.remote_endpoint(peer_error);
+  std::string peer =
+      peer_error ? "an unknown peer" : remote.address().to_string() + ":" + std::to_string(remote.port());
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer(kHeaderLimit + kBodyLimit);
   for (;;) {
@@ -110,7 +175,7 @@ asio::awaitable<void> serve(tcp::socket socket, http_context& context) {
       break;
     }
     http::request<http::string_body> req = parser.release();
-    response res = co_await answer(req, context);
+    response res = co_await answer(req, context, peer);
     bool keep_alive = res.keep_alive();
     stream.expires_after(kTimeout);
     auto [wec, written] = co_await http::async_write(stream, res, asio::as_tuple(asio::use_awaitable));

@@ -85,7 +85,7 @@ std::vector<std::string> changes_needing_restart(const broker_config& a, const b
   return out;
 }
 
-void reload_configuration(const broker_config& running, broker& core) {
+void reload_configuration(const broker_config& running, broker& core, http_context* http) {
   if (running.config_file.empty()) {
     spdlog::warn("SIGHUP: nothing to reload: escrowd was started without --config");
     return;
@@ -101,6 +101,12 @@ void reload_configuration(const broker_config& running, broker& core) {
   if (from_command_line(running, "listen")) fresh.listen = running.listen;
   if (from_command_line(running, "data-dir")) fresh.data_dir = running.data_dir;
   if (from_command_line(running, "log-level")) fresh.log_level = running.log_level;
+  // [http] token-file is read again (a token rotated in place applies now); a bad one changes nothing.
+  std::vector<token_digest> http_tokens;
+  if (std::string err = load_http_token_file(fresh, http_tokens); !err.empty()) {
+    spdlog::error("SIGHUP: configuration not reloaded, the running settings stay: {}", err);
+    return;
+  }
 
   auto level = spdlog::level::from_str(fresh.log_level);
   if (level == spdlog::level::off && fresh.log_level != "off") {
@@ -123,6 +129,13 @@ void reload_configuration(const broker_config& running, broker& core) {
       spdlog::warn("SIGHUP: {}", warning);
     core.authentication()->replace_users(std::move(users));
   }
+  if (http && running.http_listen) {
+    bool token = !http_tokens.empty();
+    http->set_access(std::make_shared<http_access>(
+        make_http_access(running.http_listen->host, http->port, fresh.http_allowed_hosts, std::move(http_tokens))));
+    spdlog::info("SIGHUP: http: {} allowed hosts besides localhost and loopback, {}", fresh.http_allowed_hosts.size(),
+                 token ? "a bearer token from " + fresh.http_token_file : std::string("no token"));
+  }
   if (auto restart = changes_needing_restart(running, fresh); !restart.empty())
     spdlog::warn("SIGHUP: changed in {} but taking effect only at a restart: {}", running.config_file, join(restart));
   core.reload(fresh);
@@ -137,6 +150,10 @@ void broker::reload(const broker_config& fresh) {
       c.message_expiry_scan_period_ms = fresh.message_expiry_scan_period_ms;
       m->timers->reaper.cancel();
       m->schedule_reaper();
+    }
+    if (c.backup_root != fresh.backup_root) {
+      changed.push_back("storage.backup-root '" + fresh.backup_root + "'");
+      c.backup_root = fresh.backup_root;
     }
     if (c.persist_delivery_count_before_delivery != fresh.persist_delivery_count_before_delivery) {
       changed.push_back(std::string("delivery.persist-delivery-count-before-delivery ") +

@@ -3,6 +3,7 @@
 #include "server.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 
@@ -126,18 +127,50 @@ std::unique_ptr<tcp::acceptor> open_acceptor(asio::io_context& io, const listen_
   return acceptor;
 }
 
+// Who besides the owner `mode` lets in at all: "its group", "others", "its group and others"; "".
+std::string who_else(mode_t mode) {
+  bool group = mode & S_IRWXG, others = mode & S_IRWXO;
+  return group && others ? "its group and others" : group ? "its group" : others ? "others" : "";
+}
+
+// The store is every message: a data directory others may enter exposes them (or lets them
+// replace the files when they may write). escrowd makes its own directory 0700; this catches one
+// made by hand or by an older release.
+void warn_if_data_dir_open(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return;
+  std::string who = who_else(st.st_mode);
+  if (who.empty()) return;
+  bool writable = st.st_mode & (S_IWGRP | S_IWOTH);
+  spdlog::warn("data directory {} is open to {} (mode {:04o}): they may read every stored message{}; make it "
+               "private: chmod 0700 {} (docs/security.md)",
+               dir, who, st.st_mode & 07777, writable ? " and change or remove the store" : "", dir);
+}
+
 // [http] listen: the monitoring endpoint, its acceptor closed with the others at a stop signal.
 bool start_http(asio::io_context& io, const asio::any_io_executor& accepts, const broker_config& config,
-                http_context& http, std::vector<std::unique_ptr<tcp::acceptor>>& acceptors) {
+                http_context& http, std::vector<token_digest> tokens,
+                std::vector<std::unique_ptr<tcp::acceptor>>& acceptors) {
   if (!config.http_listen) return true;
   auto acceptor = open_acceptor(io, *config.http_listen);
   if (!acceptor) return false;
   auto bound = acceptor->local_endpoint();
   spdlog::info("http listening on {}:{}", bound.address().to_string(), bound.port());
-  if (!bound.address().is_loopback())
+  bool token = !tokens.empty();
+  http.port = bound.port();
+  auto access = std::make_shared<http_access>(
+      make_http_access(config.http_listen->host, bound.port(), config.http_allowed_hosts, std::move(tokens)));
+  if (token)
+    spdlog::info("http: every request but /health needs a bearer token from {} ({} token{})", config.http_token_file,
+                 access->tokens.size(), access->tokens.size() == 1 ? "" : "s");
+  if (!bound.address().is_loopback() && !token)
     spdlog::warn("http: {} is not a loopback address: /metrics and /status are open to the network, without "
-                 "authentication; bind [http] listen to 127.0.0.1 unless that is intended",
+                 "authentication; set [http] token-file, or bind [http] listen to 127.0.0.1 unless that is intended",
                  bound.address().to_string());
+  if (access->any_host && !token)
+    spdlog::warn("http: allowed-hosts holds \"*\": the Host header is not checked, so a web page whose name "
+                 "points here (DNS rebinding) can read /metrics and /status; set [http] token-file too");
+  http.set_access(std::move(access));
   start_http_server(*acceptor, http, accepts);
   acceptors.push_back(std::move(acceptor));
   return true;
@@ -191,6 +224,19 @@ int run_server(const broker_config& config) {
     tls_contexts.push_back(std::move(context));
   }
 
+  // [http] token-file, read before the store is opened like the TLS files. Others should not
+  // read it: whoever has the token reads /metrics and /status.
+  std::vector<token_digest> http_tokens;
+  if (std::string err = load_http_token_file(config, http_tokens); !err.empty()) {
+    spdlog::critical("bad configuration: {}", err);
+    return 2;
+  }
+  if (struct stat st {}; !config.http_token_file.empty() && ::stat(config.http_token_file.c_str(), &st) == 0 &&
+                         (st.st_mode & S_IRWXO))
+    spdlog::warn("http: the token file {} is open to others (mode {:04o}): anyone who reads it can read /metrics "
+                 "and /status; chmod 0640 {} (owner root, group of escrowd) or 0600",
+                 config.http_token_file, st.st_mode & 07777, config.http_token_file);
+
   storage::store_options options;
   options.path = config.data_dir;
   options.map_size = config.map_size;
@@ -211,6 +257,7 @@ int run_server(const broker_config& config) {
     spdlog::critical("cannot start: {}", s.message());
     return 1;
   }
+  warn_if_data_dir_open(config.data_dir);
 
   // The committer thread keeps one core busy under load; the I/O pool (which also runs the core
   // strand) gets the others. On this project's 2-core machines one I/O thread measured faster than
@@ -273,7 +320,7 @@ int run_server(const broker_config& config) {
   std::function<void()> wait_for_hangup = [&] {
     hangups.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec) return;
-      reload_configuration(config, core);
+      reload_configuration(config, core, &http);
       wait_for_hangup();
     });
   };
@@ -304,7 +351,7 @@ int run_server(const broker_config& config) {
   }
   for (std::size_t i = 0; i < config.tls_listeners.size(); ++i) http.listeners[config.listen.size() + i] += " (tls)";
   core.set_listeners(http.listeners);  // for `escrow status`
-  if (!start_http(io, accepts, config, http, acceptors)) return 1;
+  if (!start_http(io, accepts, config, http, std::move(http_tokens), acceptors)) return 1;
   http.listeners_up = true;
   spdlog::info("escrowd ready, data in {}", config.data_dir);
 

@@ -18,6 +18,11 @@ int run_check_config(const std::string& file, const output_options& o) {
     broker::users_table users;
     error = broker::load_users_file(config.users_file, users);
   }
+  // And [http] token-file (a missing or malformed one stops escrowd at start too).
+  if (error.empty()) {
+    std::vector<std::array<unsigned char, 32>> tokens;
+    error = broker::load_http_token_file(config, tokens);
+  }
   if (o.json) {
     auto quoted = [](const std::string& text) {
       std::string q = "\"";

@@ -122,7 +122,7 @@ class checker {
     // Read-only: no write transaction is possible. MDB_NOTLS: the reader slot belongs to the
     // transaction, not the thread. LMDB still registers the reader in lock.mdb (and creates
     // lock.mdb if it is missing), which a running escrowd shares; escrow.lock is not touched.
-    if (rc == 0) rc = mdb_env_open(env_, dir.c_str(), MDB_RDONLY | MDB_NOTLS, 0644);
+    if (rc == 0) rc = mdb_env_open(env_, dir.c_str(), MDB_RDONLY | MDB_NOTLS, 0600);
     if (rc != 0) {
       std::string hint = rc == EACCES ? " (run it as the user escrowd runs as: LMDB needs to write its reader "
                                         "table in lock.mdb, e.g. sudo -u escrow escrow check DIR)"

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -186,15 +187,27 @@ struct store::impl {
 };
 
 status store::impl::open_environment() {
+  // A data directory escrowd makes is private (0700): the store is every message. Its parents, if
+  // missing too, get the usual mode. One that exists keeps its mode (escrowd warns when it is open,
+  // broker/server.cpp); the files LMDB and escrowd create in it are 0600.
   std::error_code ec;
-  bool new_directory = std::filesystem::create_directories(options.path, ec);
-  if (ec)
-    return {status::code::io_error, "cannot create data directory " + options.path + ": " + ec.message()};
+  bool new_directory = false;
+  if (!std::filesystem::is_directory(options.path, ec)) {
+    std::filesystem::path dir = std::filesystem::absolute(options.path, ec).lexically_normal();
+    if (!dir.has_filename()) dir = dir.parent_path();  // "data/"
+    if (!ec) std::filesystem::create_directories(dir.parent_path(), ec);
+    if (ec)
+      return {status::code::io_error, "cannot create data directory " + options.path + ": " + ec.message()};
+    if (::mkdir(dir.c_str(), 0700) == 0)
+      new_directory = true;
+    else if (errno != EEXIST)
+      return {status::code::io_error, "cannot create data directory " + options.path + ": " + std::strerror(errno)};
+  }
   bool new_store = !std::filesystem::exists(std::filesystem::path(options.path) / "data.mdb", ec);
 
   // Two brokers on one data directory would hand out the same messages twice: refuse the second.
   std::string lock_path = options.path + "/escrow.lock";
-  lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lock_fd < 0)
     return {status::code::io_error, "cannot open " + lock_path + ": " + std::strerror(errno)};
   if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
@@ -208,7 +221,7 @@ status store::impl::open_environment() {
   if (rc == 0) rc = mdb_env_set_maxreaders(env, 512);
   // MDB_NOTLS: read transactions are not tied to a thread, so any Asio thread may read.
   // MDB_NOMETASYNC: the committer syncs the meta page itself before reporting (run_committer).
-  if (rc == 0) rc = mdb_env_open(env, options.path.c_str(), MDB_NOTLS | MDB_NOMETASYNC, 0644);
+  if (rc == 0) rc = mdb_env_open(env, options.path.c_str(), MDB_NOTLS | MDB_NOMETASYNC, 0600);
   if (rc != 0) return from_lmdb(rc, "cannot open the store in " + options.path);
   int dead = 0;
   mdb_reader_check(env, &dead);  // clear reader slots left by a killed process
@@ -702,7 +715,7 @@ store::~store() {
   if (impl_->committer.joinable()) impl_->committer.join();
 }
 
-status store::copy_to(const std::string& dir, bool compact) const {
+status store::copy_to(int fd, bool compact) const {
   {
     std::lock_guard lock(impl_->mutex);
     if (impl_->stopping) return status(status::code::failed, "the store is closing");
@@ -711,15 +724,18 @@ status store::copy_to(const std::string& dir, bool compact) const {
   int rc;
   {
     std::shared_lock lock(impl_->map_lock);
-    rc = mdb_env_copy2(impl_->env, dir.c_str(), compact ? MDB_CP_COMPACT : 0);
+    rc = mdb_env_copyfd2(impl_->env, fd, compact ? MDB_CP_COMPACT : 0);
   }
-  if (rc == 0) rc = sync_directory(dir);  // the copy's data.mdb is durable only with its entry
+  bool copied = rc == 0;
+  if (copied && ::fsync(fd) != 0) rc = errno;
   {
     std::lock_guard lock(impl_->mutex);
     --impl_->copies;
   }
   impl_->copies_done.notify_all();
-  if (rc != 0) return status(status::code::io_error, std::string("mdb_env_copy2: ") + mdb_strerror(rc));
+  if (rc != 0)
+    return status(status::code::io_error, std::string(copied ? "fsync of the copy: " : "mdb_env_copyfd2: ") +
+                                              (copied ? std::strerror(rc) : mdb_strerror(rc)));
   return {};
 }
 

@@ -3,8 +3,10 @@
 // Properties checked:
 //  - a refused file gets an error that names the file ("fuzz.toml:LINE: ...");
 //  - an accepted file holds only values the reference allows (docs/configuration.md): limits at
-//    their minimums, valid patterns, multipliers of at least 1.0, avoidance factors in [0, 1];
+//    their minimums, valid patterns, multipliers of at least 1.0, avoidance factors in [0, 1],
+//    [http] allowed-hosts entries that the Host check accepts as written;
 //  - resolving settings and computing redelivery delays from it is defined behaviour.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -13,6 +15,7 @@
 
 #include "check.h"
 #include "config.h"
+#include "http_access.h"
 
 using escrow::broker::broker_config;
 
@@ -30,6 +33,14 @@ void check_accepted(const broker_config& c) {
     if (e.max_delivery_attempts) FUZZ_CHECK(*e.max_delivery_attempts >= 1 || *e.max_delivery_attempts == -1);
     if (e.expiry_delay_ms) FUZZ_CHECK(*e.expiry_delay_ms >= -1);
   }
+  // [http] allowed-hosts holds only entries the Host check can use; a policy built from them and
+  // asked about any of them is defined behaviour, and each entry's own name passes it.
+  for (const auto& h : c.http_allowed_hosts) FUZZ_CHECK(escrow::broker::check_allowed_host(h).empty());
+  auto access = escrow::broker::make_http_access(c.http_listen ? c.http_listen->host : "", 8161,
+                                                 c.http_allowed_hosts, {});
+  for (const auto& h : c.http_allowed_hosts)
+    if (h != "*" && (h.front() == '[' || std::count(h.begin(), h.end(), ':') <= 1))  // not a bare IPv6
+      FUZZ_CHECK(escrow::broker::host_allowed(access, h));
   // Short addresses only: a pattern of many '#' words backtracks (the file is the operator's).
   for (std::string_view address : {"orders", "orders.eu", "a.b.c", "DLQ"}) {
     auto s = escrow::broker::resolve_settings(c.address_settings, address);

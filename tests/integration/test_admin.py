@@ -585,7 +585,7 @@ def test_heuristic_decision_refused_for_a_branch_that_is_not_prepared(broker, st
 # --------------------------------------------------------------------------------------------
 
 def test_backup_is_a_copy_another_escrowd_serves(broker_factory, stomp_client, tmp_path):
-    broker = broker_factory()
+    broker = broker_factory(config=f'[storage]\nbackup-root = "{tmp_path}"\n')  # test_backup_root.py
     q = unique("bk")
     c = stomp_client(broker)
     for i in range(3):

@@ -157,9 +157,14 @@ def test_unit_runs_the_installed_binary_on_the_installed_configuration(installed
     sysusers = installed.path(prefix / "lib/sysusers.d/escrow.conf").read_text()
     assert re.search(r"^u escrow - .* /var/lib/escrow", sysusers, re.M), sysusers
     tmpfiles = installed.path(prefix / "lib/tmpfiles.d/escrow.conf").read_text()
-    assert re.search(r"^d /var/lib/escrow 0750 escrow escrow", tmpfiles, re.M), tmpfiles
-    assert re.search(r"^d /var/backups/escrow 0750 escrow escrow", tmpfiles, re.M), tmpfiles
-    assert "-/var/backups/escrow" in " ".join(service["ReadWritePaths"]).split()
+    # Both private: the store and its copies are every message (escrowd warns about an open one).
+    assert re.search(r"^d /var/lib/escrow 0700 escrow escrow", tmpfiles, re.M), tmpfiles
+    assert re.search(r"^d /var/backups/escrow 0700 escrow escrow", tmpfiles, re.M), tmpfiles
+    assert service["StateDirectoryMode"] == ["0700"] and service["UMask"] == ["0077"]
+    # The backups: the sample's backup-root, the one other directory the sandbox lets escrowd write.
+    backup_root = re.search(r'^backup-root = "([^"]+)"', installed.path(config).read_text(), re.M).group(1)
+    assert backup_root == "/var/backups/escrow"
+    assert "-" + backup_root in " ".join(service["ReadWritePaths"]).split()
     # Stop, restart, reload, limits, hardening.
     assert service["KillSignal"] == ["SIGTERM"]
     assert int(service["TimeoutStopSec"][0]) > CONNECTION_CLOSE_LIMIT_S

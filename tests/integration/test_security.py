@@ -216,8 +216,9 @@ def test_failed_logins_are_counted_in_metrics(broker_factory, hashes):
     assert m, b.log
     for _ in range(2):
         refused(login(b, "bob", "nope", wait=False), r"login refused")
-    with socket.create_connection(("127.0.0.1", int(m.group(1))), timeout=TIMEOUT) as s:
-        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    port = int(m.group(1))
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as s:
+        s.sendall(f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode())
         data = b""
         while chunk := s.recv(65536):
             data += chunk

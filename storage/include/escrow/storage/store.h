@@ -124,10 +124,12 @@ class store {
   // The largest key in `t`, or not_found when the table is empty.
   status last_key(table t, std::string& key) const;
 
-  // A hot copy of the environment into directory `dir` (existing, without a data.mdb) with
-  // mdb_env_copy2, compacted when `compact` (free pages left out). Blocking: call it from a thread
-  // of its own; the store waits for a copy under way before it closes.
-  status copy_to(const std::string& dir, bool compact) const;
+  // A hot copy of the environment (what becomes data.mdb) written to the file open for writing at
+  // `fd`, from its start, with mdb_env_copyfd2, compacted when `compact` (free pages left out), then
+  // synced (fsync). The caller creates the file (its place and mode are the caller's to choose, see
+  // broker/admin_backup.cpp), syncs its directory and closes it. Blocking: call it from a thread of
+  // its own; the store waits for a copy under way before it closes.
+  status copy_to(int fd, bool compact) const;
 
   // Whether there is room for new messages: ok, or store_full saying which limit (storage.max-size
   // or storage.min-free-disk) is reached and what to do. Sends are refused by it; acknowledgements,
