@@ -92,7 +92,10 @@ void broker::impl::finish_auto_delete(const queue_ptr& q, const storage::status&
     return;
   }
   auto it = queues.find(q->storage_key);
-  if (it != queues.end() && it->second == q) queues.erase(it);
+  if (it != queues.end() && it->second == q) {
+    retire(*q);
+    queues.erase(it);
+  }
   queues_by_id.erase(q->id());
   spdlog::info("queue {} deleted: empty and unused for auto-delete-queues-delay", q->name());
 }

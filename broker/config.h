@@ -98,6 +98,14 @@ struct broker_config {
 
   // [http] listen: /metrics, /status and /health (docs/operations.md); nullopt (the default): off.
   std::optional<listen_address> http_listen;
+  // Queues with series of their own in /metrics (and entries in /status): the deepest ones, ties by
+  // name; the rest are counted in escrow_queue_metrics_omitted. 0: none.
+  std::size_t max_queue_metrics = 1000;
+
+  // [admin]: the paged list answers of ADMIN frames (queues, connections, subscriptions, xa-list):
+  // the most entries of one page (a `limit` header asks for fewer), and the most bytes of its JSON.
+  std::size_t admin_max_page_size = 1000;
+  std::size_t admin_max_page_bytes = 1024 * 1024;
 };
 
 // Parses "HOST:PORT" (IPv6 as "[::1]:61613"). Returns nullopt when malformed.

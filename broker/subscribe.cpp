@@ -136,6 +136,7 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
     if (stored) {
       topics[created->topic()].subscriptions.push_back(created);
     } else {
+      retire(*created);
       queues.erase(it);
       queues_by_id.erase(created->id());
     }
@@ -193,7 +194,10 @@ void broker::impl::finish_drop(const queue_ptr& q, bool stored) {
     if (std::find(subs.begin(), subs.end(), q) == subs.end()) subs.push_back(q);
     return;
   }
-  if (known) queues.erase(it);
+  if (known) {
+    retire(*q);
+    queues.erase(it);
+  }
   queues_by_id.erase(q->id());
   auto t = topics.find(q->topic());
   if (t != topics.end()) {
