@@ -10,6 +10,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
+#include <limits>
 
 #include "admin_json.h"
 #include "admin_store.h"
@@ -34,13 +36,30 @@ const char* ack_name(ack_mode m) {
 
 admin_outcome ok(std::string json) { return admin_outcome{"ok", {}, std::move(json)}; }
 
-// The connections in the order they came (by id), for stable listings.
+// The connections in the order they came (by id), for stable listings: those with an id of at
+// least `from`.
 std::vector<std::pair<std::uint64_t, const connection*>> by_id(
-    const std::unordered_map<std::uint64_t, connection_ptr>& connections) {
+    const std::unordered_map<std::uint64_t, connection_ptr>& connections, std::uint64_t from = 0) {
   std::vector<std::pair<std::uint64_t, const connection*>> out;
-  for (const auto& [id, c] : connections) out.emplace_back(id, c.get());
+  for (const auto& [id, c] : connections)
+    if (id >= from) out.emplace_back(id, c.get());
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// A decimal id (a connection's), as a cursor holds it.
+std::optional<std::uint64_t> parse_id(std::string_view text) {
+  std::uint64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+admin_outcome bad_cursor(std::string_view command, std::string_view after) {
+  return {"invalid",
+          "after '" + std::string(after) + "' is not a cursor of " + std::string(command) +
+              ": pass the next field of the previous page as it came",
+          {}};
 }
 
 // Messages in flight (delivered, not acknowledged), by the queue they came from.
@@ -100,15 +119,15 @@ void broker::impl::handle_admin(const connection_ptr& c, const frame& f) {
   };
   spdlog::debug("connection {}: admin {}", c->id, command);
   if (command == "status") return done(admin_status());
-  if (command == "queues") return done(admin_queues());
+  if (command == "queues") return done(admin_queues(f));
   if (command == "queue-show") return done(admin_queue_show(f));
   if (command == "browse") return done(admin_browse(f));
   if (command == "purge") return admin_purge(f, std::move(done));
   if (command == "move") return admin_move(f, std::move(done));
-  if (command == "connections") return done(admin_connections());
-  if (command == "subscriptions") return done(admin_subscriptions());
+  if (command == "connections") return done(admin_connections(f));
+  if (command == "subscriptions") return done(admin_subscriptions(f));
   if (command == "subscription-delete") return admin_subscription_delete(f, std::move(done));
-  if (command == "xa-list") return done(admin_xa_list());
+  if (command == "xa-list") return done(admin_xa_list(f));
   if (command == "xa-commit" || command == "xa-rollback" || command == "xa-forget")
     return admin_xa_decide(c, f, std::move(done));
   if (command == "backup") return admin_backup(f, std::move(done));
@@ -153,20 +172,14 @@ admin_outcome broker::impl::admin_status() const {
       .field("map_used_bytes", s.store.map_used_bytes)
       .field("file_bytes", s.store.file_bytes)
       .end_object();
-  std::uint64_t enqueued = 0, acknowledged = 0, depth = 0;
-  std::size_t queue_count = 0;
-  for (const auto& [key, q] : queues) {
-    enqueued += q->counters.enqueued;
-    acknowledged += q->counters.acknowledged;
-    depth += q->counters.depth > 0 ? static_cast<std::uint64_t>(q->counters.depth) : 0;
-    ++queue_count;
-  }
+  std::uint64_t queue_count = 0;
+  for (const auto& [kind, n] : s.totals.queues_by_kind) queue_count += n;
   j.key("totals")
       .begin_object()
       .field("queues", queue_count)
-      .field("depth", depth)
-      .field("enqueued", enqueued)
-      .field("acknowledged", acknowledged)
+      .field("depth", s.totals.depth)
+      .field("enqueued", s.totals.enqueued)
+      .field("acknowledged", s.totals.acknowledged)
       .field("expired", s.expired)
       .field("expired_dropped", s.expired_dropped)
       .field("dead_lettered", s.dead_lettered)
@@ -178,18 +191,53 @@ admin_outcome broker::impl::admin_status() const {
   return ok(j.str());
 }
 
-admin_outcome broker::impl::admin_queues() const {
+std::optional<admin_outcome> broker::impl::page_asked(const frame& f, page_request& out) const {
+  out.limit = config.admin_max_page_size;
+  out.max_bytes = config.admin_max_page_bytes;
+  if (const std::string* limit = f.find("limit")) {
+    auto n = parse_id(*limit);
+    if (!n || *n == 0)
+      return admin_outcome{"invalid",
+                           "limit '" + *limit + "' is not a count of entries from 1 to " +
+                               std::to_string(config.admin_max_page_size) + " (admin.max-page-size)",
+                           {}};
+    out.limit = static_cast<std::size_t>(std::min<std::uint64_t>(*n, config.admin_max_page_size));
+  }
+  if (const std::string* after = f.find("after")) out.after = *after;
+  return std::nullopt;
+}
+
+// Queues and durable subscriptions in the order of their storage keys (durable subscriptions,
+// d/..., then queues, q/NAME); the cursor is the escaped key of the last one.
+admin_outcome broker::impl::admin_queues(const frame& f) const {
+  page_request p;
+  if (auto bad = page_asked(f, p)) return *bad;
+  auto it = queues.begin();
+  if (p.after) {
+    auto key = cursor_unescape(*p.after);
+    if (!key) return bad_cursor("queues", *p.after);
+    it = queues.upper_bound(*key);
+  }
   auto in_flight = in_flight_by_queue(connections);
   std::uint64_t now = now_ms();
-  json_writer j;
-  j.begin_object().key("queues").begin_array();
-  for (const auto& [key, q] : queues) {
-    auto f = in_flight.find(q.get());
-    write_queue(j, *q, f == in_flight.end() ? 0 : f->second, oldest_stored_timestamp(store, q->id()), now);
+  json_page page({"queues"}, p.limit, p.max_bytes);
+  bool more = false;
+  for (; it != queues.end(); ++it) {
+    const auto& [key, q] = *it;
+    if (page.full()) {
+      more = true;
+      break;
+    }
+    auto fl = in_flight.find(q.get());
+    json_writer j;
+    write_queue(j, *q, fl == in_flight.end() ? 0 : fl->second, oldest_stored_timestamp(store, q->id()), now);
     j.end_object();
+    if (!page.add(0, j.str(), cursor_escape(key))) {
+      more = true;
+      break;
+    }
   }
-  j.end_array().end_object();
-  return ok(j.str());
+  return ok(page.finish(more));
 }
 
 admin_outcome broker::impl::admin_queue_show(const frame& f) {
@@ -223,10 +271,24 @@ admin_outcome broker::impl::admin_queue_show(const frame& f) {
   return ok(j.str());
 }
 
-admin_outcome broker::impl::admin_connections() const {
-  json_writer j;
-  j.begin_object().key("connections").begin_array();
-  for (const auto& [id, c] : by_id(connections)) {
+// Connections by id; the cursor is the id of the last one.
+admin_outcome broker::impl::admin_connections(const frame& f) const {
+  page_request p;
+  if (auto bad = page_asked(f, p)) return *bad;
+  std::uint64_t from = 0;
+  if (p.after) {
+    auto last = parse_id(*p.after);
+    if (!last || *last == std::numeric_limits<std::uint64_t>::max()) return bad_cursor("connections", *p.after);
+    from = *last + 1;
+  }
+  json_page page({"connections"}, p.limit, p.max_bytes);
+  bool more = false;
+  for (const auto& [id, c] : by_id(connections, from)) {
+    if (page.full()) {
+      more = true;
+      break;
+    }
+    json_writer j;
     std::size_t in_flight = 0;
     for (const auto& [sid, sub] : c->subscriptions) in_flight += sub->unacked.size();
     rm::branch_ptr xa = rm.associated_branch(id);
@@ -242,32 +304,73 @@ admin_outcome broker::impl::admin_connections() const {
         .field("transactions", c->transactions.size())
         .field("xa_branch", xa ? xa->id.to_string() : std::string())
         .end_object();
+    if (!page.add(0, j.str(), std::to_string(id))) {
+      more = true;
+      break;
+    }
   }
-  j.end_array().end_object();
-  return ok(j.str());
+  return ok(page.finish(more));
 }
 
-admin_outcome broker::impl::admin_subscriptions() const {
-  json_writer j;
-  j.begin_object().key("subscriptions").begin_array();
-  for (const auto& [id, c] : by_id(connections))
-    for (const auto& [sid, sub] : c->subscriptions) {
-      const queue& q = *sub->source;
-      j.begin_object()
-          .field("connection", id)
-          .field("id", sid)
-          .field("kind", queue::kind_name(q.type()))
-          .field("destination", q.type() == queue::kind::queue ? "/queue/" + q.name() : "/topic/" + q.topic())
-          .field("queue", q.name())
-          .field("ack", ack_name(sub->mode))
-          .field("in_flight", sub->unacked.size())
-          .field("depth", q.counters.depth > 0 ? q.counters.depth : 0)
-          .end_object();
+// Consumers' subscriptions by connection id and subscription id (cursor c:CONNECTION:ID), then
+// durable subscriptions by storage key (cursor d:KEY); both lists share the page.
+admin_outcome broker::impl::admin_subscriptions(const frame& f) const {
+  page_request p;
+  if (auto bad = page_asked(f, p)) return *bad;
+  // Where to start: after connection `from_connection`'s subscription `after_sub` (none: at the
+  // start of that connection), or among the durable ones after `after_durable`.
+  std::uint64_t from_connection = 0;
+  std::optional<std::string> after_sub, after_durable;
+  if (p.after) {
+    std::string_view a = *p.after;
+    if (a.starts_with("c:")) {
+      auto colon = a.find(':', 2);
+      auto id = colon == std::string_view::npos ? std::nullopt : parse_id(a.substr(2, colon - 2));
+      after_sub = colon == std::string_view::npos ? std::nullopt : cursor_unescape(a.substr(colon + 1));
+      if (!id || !after_sub) return bad_cursor("subscriptions", a);
+      from_connection = *id;
+    } else if (a.starts_with("d:")) {
+      after_durable = cursor_unescape(a.substr(2));
+      if (!after_durable) return bad_cursor("subscriptions", a);
+    } else {
+      return bad_cursor("subscriptions", a);
     }
-  j.end_array().key("durable").begin_array();
-  for (const auto& [key, q] : queues) {
+  }
+  json_page page({"subscriptions", "durable"}, p.limit, p.max_bytes);
+  bool more = false;
+  if (!after_durable) {
+    for (const auto& [id, c] : by_id(connections, from_connection)) {
+      auto sit = c->subscriptions.begin();
+      if (after_sub && id == from_connection) sit = c->subscriptions.upper_bound(*after_sub);
+      for (; sit != c->subscriptions.end(); ++sit) {
+        const auto& [sid, sub] = *sit;
+        if (page.full()) return ok(page.finish(true));
+        const queue& q = *sub->source;
+        json_writer j;
+        j.begin_object()
+            .field("connection", id)
+            .field("id", sid)
+            .field("kind", queue::kind_name(q.type()))
+            .field("destination", q.type() == queue::kind::queue ? "/queue/" + q.name() : "/topic/" + q.topic())
+            .field("queue", q.name())
+            .field("ack", ack_name(sub->mode))
+            .field("in_flight", sub->unacked.size())
+            .field("depth", q.counters.depth > 0 ? q.counters.depth : 0)
+            .end_object();
+        if (!page.add(0, j.str(), "c:" + std::to_string(id) + ":" + cursor_escape(sid))) return ok(page.finish(true));
+      }
+    }
+  }
+  auto it = after_durable ? queues.upper_bound(*after_durable) : queues.lower_bound("d/");
+  for (; it != queues.end() && it->first.starts_with("d/"); ++it) {
+    const auto& [key, q] = *it;
     if (q->type() != queue::kind::durable_subscription) continue;
+    if (page.full()) {
+      more = true;
+      break;
+    }
     durable_id d = parse_durable_key(key).value_or(durable_id{});
+    json_writer j;
     j.begin_object()
         .field("name", q->name())
         .field("client_id", d.client_id)
@@ -277,9 +380,12 @@ admin_outcome broker::impl::admin_subscriptions() const {
         .field("active", !q->consumers().empty())
         .field("depth", q->counters.depth > 0 ? q->counters.depth : 0)
         .end_object();
+    if (!page.add(1, j.str(), "d:" + cursor_escape(key))) {
+      more = true;
+      break;
+    }
   }
-  j.end_array().end_object();
-  return ok(j.str());
+  return ok(page.finish(more));
 }
 
 void broker::impl::admin_subscription_delete(const frame& f, admin_done done) {

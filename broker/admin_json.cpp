@@ -117,6 +117,91 @@ json_writer& json_writer::value(double d) {
   return *this;
 }
 
+std::string cursor_escape(std::string_view raw, std::string_view also) {
+  std::string out;
+  out.reserve(raw.size());
+  for (char ch : raw) {
+    auto c = static_cast<unsigned char>(ch);
+    if (c < 0x21 || c > 0x7e || c == '%' || c == '"' || c == '\\' || also.find(ch) != std::string_view::npos)
+      out += fmt::format("%{:02X}", c);
+    else
+      out += ch;
+  }
+  return out;
+}
+
+std::optional<std::string> cursor_unescape(std::string_view text) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    if (i + 2 >= text.size()) return std::nullopt;
+    int hi = hex(text[i + 1]);
+    int lo = hex(text[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
+json_page::json_page(std::vector<std::string> arrays, std::size_t limit, std::size_t max_bytes)
+    : names_(std::move(arrays)), bodies_(names_.size()), counts_(names_.size(), 0), limit_(limit),
+      max_bytes_(max_bytes) {
+  // {"A":[],"B":[],"more":true,"next":""}
+  fixed_ = 2 + std::string_view(",\"more\":true,\"next\":\"\"").size();
+  for (std::size_t i = 0; i < names_.size(); ++i) fixed_ += (i ? 1 : 0) + names_[i].size() + 5;
+}
+
+bool json_page::add(std::size_t which, const std::string& entry, std::string cursor) {
+  if (full_ || count_ >= limit_) {
+    full_ = true;
+    return false;
+  }
+  std::size_t grown = entries_bytes_ + (counts_[which] ? 1 : 0) + entry.size();
+  if (count_ > 0 && fixed_ + grown + cursor.size() > max_bytes_) {
+    full_ = true;
+    return false;
+  }
+  if (counts_[which]) bodies_[which] += ',';
+  bodies_[which] += entry;
+  entries_bytes_ = grown;
+  ++counts_[which];
+  ++count_;
+  last_cursor_ = std::move(cursor);
+  if (count_ >= limit_) full_ = true;
+  return true;
+}
+
+std::string json_page::finish(bool more) const {
+  std::string out = "{";
+  for (std::size_t i = 0; i < names_.size(); ++i) {
+    if (i) out += ',';
+    out += '"';
+    out += names_[i];
+    out += "\":[";
+    out += bodies_[i];
+    out += ']';
+  }
+  if (more && count_ > 0) {
+    out += ",\"more\":true,\"next\":\"";
+    out += last_cursor_;
+    out += "\"}";
+  } else {
+    out += ",\"more\":false}";
+  }
+  return out;
+}
+
 json_writer& json_writer::null() {
   separate();
   out_ += "null";

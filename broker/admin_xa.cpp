@@ -10,15 +10,34 @@
 
 namespace escrow::broker {
 
-admin_outcome broker::impl::admin_xa_list() const {
+// Branches by owner, then xid; the cursor is OWNER:XID (the owner escaped, ':' included).
+admin_outcome broker::impl::admin_xa_list(const frame& f) const {
+  page_request p;
+  if (auto bad = page_asked(f, p)) return *bad;
+  auto it = rm.branches().begin();
+  if (p.after) {
+    std::string_view a = *p.after;
+    auto colon = a.find(':');
+    auto owner = colon == std::string_view::npos ? std::nullopt : cursor_unescape(a.substr(0, colon));
+    auto x = colon == std::string_view::npos ? std::nullopt : xid::parse(a.substr(colon + 1));
+    if (!owner || !x)
+      return {"invalid", "after '" + std::string(a) + "' is not a cursor of xa-list: pass the next field of the previous page as it came", {}};
+    it = rm.branches().upper_bound(rm::branch_id{*owner, *x});
+  }
   std::uint64_t now = now_ms();
   auto queue_name = [this](std::uint32_t id) {
     queue_ptr q = find_by_id(id);
     return q ? q->name() : "(queue id " + std::to_string(id) + ", gone)";
   };
-  json_writer j;
-  j.begin_object().key("branches").begin_array();
-  for (const auto& [id, b] : rm.branches()) {
+  json_page page({"branches"}, p.limit, p.max_bytes);
+  bool more = false;
+  for (; it != rm.branches().end(); ++it) {
+    const auto& [id, b] = *it;
+    if (page.full()) {
+      more = true;
+      break;
+    }
+    json_writer j;
     j.begin_object()
         .field("xid", id.second.to_string())
         .field("user", b->owner)
@@ -40,9 +59,12 @@ admin_outcome broker::impl::admin_xa_list() const {
           .field("nack", c.negative)
           .end_object();
     j.end_array().end_object();
+    if (!page.add(0, j.str(), cursor_escape(id.first, ":") + ":" + id.second.to_string())) {
+      more = true;
+      break;
+    }
   }
-  j.end_array().end_object();
-  return {"ok", {}, j.str()};
+  return {"ok", {}, page.finish(more)};
 }
 
 void broker::impl::admin_xa_decide(const connection_ptr& c, const frame& f, admin_done done) {

@@ -63,13 +63,12 @@ using setter = std::function<std::string(const toml::node&)>;
 // of range (5e99) that conversion is undefined behaviour inside toml++ (found by
 // tests/fuzz/fuzz_config).
 template <typename T>
-setter unsigned_field(T& field, std::uint64_t min = 0) {
-  return [&field, min](const toml::node& n) -> std::string {
+setter unsigned_field(T& field, std::uint64_t min = 0, std::uint64_t max = std::numeric_limits<T>::max()) {
+  return [&field, min, max](const toml::node& n) -> std::string {
     auto v = n.value_exact<std::int64_t>();
     if (!n.is_integer() || !v) return "must be an integer";
     if (*v < 0 || static_cast<std::uint64_t>(*v) < min) return fmt::format("must be at least {}", min);
-    if (static_cast<std::uint64_t>(*v) > std::numeric_limits<T>::max())
-      return fmt::format("must be at most {}", std::numeric_limits<T>::max());
+    if (static_cast<std::uint64_t>(*v) > max) return fmt::format("must be at most {}", max);
     field = static_cast<T>(*v);
     return "";
   };
@@ -331,7 +330,12 @@ std::string apply_config(const toml::table& root, const std::string& path, broke
           config.http_token_file = *n.value<std::string>();
           config.http_token_file_where = where(path, n, "http.token-file");
           return "";
-        }}}},
+        }},
+        {"max-queue-metrics", unsigned_field(config.max_queue_metrics, 0, 1000000)}}},
+      {"admin",
+       {{"max-page-size", unsigned_field(config.admin_max_page_size, 1, 100000)},
+        // Below the 10 MiB frame limit of the clients (the `escrow` command's included).
+        {"max-page-bytes", unsigned_field(config.admin_max_page_bytes, 1024, 8 * 1024 * 1024)}}},
       {"heartbeat",
        {{"send-ms", unsigned_field(config.heartbeat_send_ms)},
         {"receive-ms", unsigned_field(config.heartbeat_receive_ms)},

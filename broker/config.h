@@ -119,6 +119,14 @@ struct broker_config {
   // from that file (one per line). Read at start and at SIGHUP; relative to the working directory.
   std::string http_token_file;
   std::string http_token_file_where;  // "FILE:LINE: http.token-file", for errors reading the file
+  // Queues with series of their own in /metrics (and entries in /status): the deepest ones, ties by
+  // name; the rest are counted in escrow_queue_metrics_omitted. 0: none.
+  std::size_t max_queue_metrics = 1000;
+
+  // [admin]: the paged list answers of ADMIN frames (queues, connections, subscriptions, xa-list):
+  // the most entries of one page (a `limit` header asks for fewer), and the most bytes of its JSON.
+  std::size_t admin_max_page_size = 1000;
+  std::size_t admin_max_page_bytes = 1024 * 1024;
 };
 
 // Reads [http] token-file when set (nothing to do otherwise): "" or the error, naming where the

@@ -103,6 +103,15 @@ struct admin_outcome {
 };
 using admin_done = std::function<void(admin_outcome)>;
 
+// The page a list command (queues, connections, subscriptions, xa-list) is asked for: the ADMIN
+// frame's `limit` (at most admin.max-page-size, its default) and `after` (the `next` cursor of the
+// previous page; absent: from the start) headers (docs/operations.md, "Paged answers").
+struct page_request {
+  std::size_t limit = 0;
+  std::size_t max_bytes = 0;  // admin.max-page-bytes
+  std::optional<std::string> after;  // as sent: each list reads its own form
+};
+
 // An `escrow purge` or `escrow move` under way over one queue (admin_messages.cpp). It goes through
 // the queue's stored entries in key order, one slice per core turn, and starts the next slice only
 // once the previous one's batch is stored, so memory stays bounded and other connections are
@@ -163,6 +172,14 @@ struct broker::impl {
   std::uint32_t next_queue_id = 1;
   std::unique_ptr<core_timers> timers;
   undelivered_counters undelivered;
+  // The counters of queues deleted since start (auto-delete, ended durable subscriptions), so that
+  // the broker-wide totals only grow; retire() adds a queue's as it leaves `queues`.
+  queue_counters retired;
+  void retire(const queue& q) {
+    retired.enqueued += q.counters.enqueued;
+    retired.delivered += q.counters.delivered;
+    retired.acknowledged += q.counters.acknowledged;
+  }
   latency_histogram prepare_latency;  // XA-PREPARE to its answer (metrics)
   latency_histogram commit_latency;   // commits to their answer (metrics)
   std::mt19937_64 random{std::random_device{}()};
@@ -244,7 +261,9 @@ struct broker::impl {
 
   // Admin commands, one per admin-command header value (admin*.cpp, docs/operations.md).
   admin_outcome admin_status() const;
-  admin_outcome admin_queues() const;
+  // The page `f` asks for; an invalid outcome when its limit header is malformed.
+  std::optional<admin_outcome> page_asked(const frame& f, page_request& out) const;
+  admin_outcome admin_queues(const frame& f) const;
   admin_outcome admin_queue_show(const frame& f);
   admin_outcome admin_browse(const frame& f) const;
   void admin_purge(const frame& f, admin_done done);
@@ -259,10 +278,10 @@ struct broker::impl {
   void move_slice(const sweep_ptr& s, std::vector<sweep_page_entry> page);
   void next_sweep_slice(const sweep_ptr& s);   // posts the next slice, or ends the sweep
   void end_sweep(const sweep_ptr& s, admin_outcome o);  // unregisters it and answers the operator
-  admin_outcome admin_connections() const;
-  admin_outcome admin_subscriptions() const;
+  admin_outcome admin_connections(const frame& f) const;
+  admin_outcome admin_subscriptions(const frame& f) const;
   void admin_subscription_delete(const frame& f, admin_done done);
-  admin_outcome admin_xa_list() const;
+  admin_outcome admin_xa_list(const frame& f) const;
   void admin_xa_decide(const connection_ptr& c, const frame& f, admin_done done);  // commit, rollback, forget
   void admin_backup(const frame& f, admin_done done);
   // A queue or durable subscription by the name operators see ("orders", "CLIENT-ID.NAME").

@@ -59,6 +59,22 @@ void append_histogram(std::string& out, std::string_view name, std::string_view 
   out += fmt::format("{}_count{} {}\n", name, braces, h.count);
 }
 
+std::vector<std::size_t> deepest_queues(const std::vector<std::pair<std::uint64_t, std::string_view>>& queues,
+                                        std::size_t limit) {
+  std::vector<std::size_t> kept(queues.size());
+  for (std::size_t i = 0; i < kept.size(); ++i) kept[i] = i;
+  if (kept.size() <= limit) return kept;
+  auto first = [&queues](std::size_t a, std::size_t b) {
+    if (queues[a].first != queues[b].first) return queues[a].first > queues[b].first;
+    if (queues[a].second != queues[b].second) return queues[a].second < queues[b].second;
+    return a < b;
+  };
+  std::nth_element(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(limit), kept.end(), first);
+  kept.resize(limit);
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
 namespace {
 
 void family(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
@@ -116,6 +132,28 @@ std::string write_prometheus(const metrics_snapshot& s) {
             [](q m) { return m.in_flight; });
   per_queue(out, s, "escrow_queue_consumers", "gauge", "Subscriptions consuming from the queue.",
             [](q m) { return m.consumers; });
+
+  // Every queue, broker-wide: exact whether or not its series are above.
+  family(out, "escrow_queues", "gauge",
+         "Queues and durable subscriptions the broker holds, with per-queue series or not.");
+  for (const auto& [kind, n] : s.totals.queues_by_kind)
+    out += fmt::format("escrow_queues{{kind=\"{}\"}} {}\n", escape_label_value(kind), n);
+  family(out, "escrow_queue_metrics_omitted", "gauge",
+         "Queues left out of the per-queue series (http.max-queue-metrics; the deepest are kept).");
+  sample(out, "escrow_queue_metrics_omitted", static_cast<double>(s.queues_omitted));
+  family(out, "escrow_messages_depth", "gauge", "Messages in every queue: ready, in flight or held.");
+  sample(out, "escrow_messages_depth", static_cast<double>(s.totals.depth));
+  family(out, "escrow_messages_in_flight", "gauge", "Messages delivered and not yet acknowledged, every queue.");
+  sample(out, "escrow_messages_in_flight", static_cast<double>(s.totals.in_flight));
+  family(out, "escrow_messages_enqueued_total", "counter",
+         "Messages made visible in any queue (sent, committed, moved in), deleted queues included.");
+  sample(out, "escrow_messages_enqueued_total", static_cast<double>(s.totals.enqueued));
+  family(out, "escrow_messages_delivered_total", "counter",
+         "Messages handed to a consumer, redeliveries included, deleted queues included.");
+  sample(out, "escrow_messages_delivered_total", static_cast<double>(s.totals.delivered));
+  family(out, "escrow_messages_acknowledged_total", "counter",
+         "Messages removed by an acknowledgement, deleted queues included.");
+  sample(out, "escrow_messages_acknowledged_total", static_cast<double>(s.totals.acknowledged));
 
   // Undelivered, broker-wide.
   family(out, "escrow_messages_expired_total", "counter", "Expired messages moved to an expiry address.");

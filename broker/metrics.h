@@ -68,6 +68,19 @@ struct store_metrics {
   bool refusing_sends = false;       // storage.max-size or storage.min-free-disk reached
 };
 
+// Broker-wide sums over every queue and durable subscription, whether or not it has series of its
+// own: exact however many there are.
+struct queue_totals {
+  std::map<std::string, std::uint64_t> queues_by_kind;  // "queue", "durable-subscription" (0 included)
+  std::uint64_t depth = 0;
+  std::uint64_t in_flight = 0;
+  // Since start; queues deleted since (auto-delete, a durable subscription ended) included, so
+  // that these only grow.
+  std::uint64_t enqueued = 0;
+  std::uint64_t delivered = 0;
+  std::uint64_t acknowledged = 0;
+};
+
 struct metrics_snapshot {
   std::string version;
   double uptime_seconds = 0;
@@ -87,8 +100,18 @@ struct metrics_snapshot {
   histogram prepare_seconds;
   histogram commit_seconds;
   store_metrics store;
-  std::vector<queue_metrics> queues;  // by name
+  queue_totals totals;
+  // The queues with series of their own, in the order of their storage keys: all of them, or the
+  // http.max-queue-metrics deepest (ties by name); queues_omitted counts the others.
+  std::vector<queue_metrics> queues;
+  std::uint64_t queues_omitted = 0;
 };
+
+// Which of the queues (depth, name) keep series of their own when at most `limit` may: every one
+// when there are no more than `limit`, else the `limit` deepest, ties by name and then by position.
+// Their positions, ascending.
+std::vector<std::size_t> deepest_queues(const std::vector<std::pair<std::uint64_t, std::string_view>>& queues,
+                                        std::size_t limit);
 
 // The Prometheus text exposition format (version 0.0.4) of a snapshot.
 std::string write_prometheus(const metrics_snapshot& s);

@@ -105,22 +105,52 @@ metrics_snapshot broker::impl::snapshot() const {
   for (const auto& [cid, c] : connections)
     for (const auto& [sid, sub] : c->subscriptions)
       for (const auto& [tag, d] : sub->unacked) ++in_flight[d.source.get()];
-  s.queues.reserve(queues.size());
+  auto in_flight_of = [&in_flight](const queue* q) {
+    auto f = in_flight.find(q);
+    return f == in_flight.end() ? std::uint64_t{0} : f->second;
+  };
+  // The totals over every queue; the series of the deepest http.max-queue-metrics only, so that a
+  // broker with 100,000 queues still answers a scrape in a few hundred KiB.
+  queue_totals& t = s.totals;
+  t.queues_by_kind = {{queue::kind_name(queue::kind::queue), 0},
+                      {queue::kind_name(queue::kind::durable_subscription), 0}};
+  t.enqueued = retired.enqueued;
+  t.delivered = retired.delivered;
+  t.acknowledged = retired.acknowledged;
+  std::vector<const queue*> all;
+  std::vector<std::pair<std::uint64_t, std::string_view>> depths;
+  all.reserve(queues.size());
+  depths.reserve(queues.size());
   for (const auto& [key, q] : queues) {
-    queue_metrics m;
-    m.name = q->name();
-    m.kind = queue::kind_name(q->type());
     const queue_counters& n = q->counters;
+    std::uint64_t depth = n.depth > 0 ? static_cast<std::uint64_t>(n.depth) : 0;
+    ++t.queues_by_kind[queue::kind_name(q->type())];
+    t.depth += depth;
+    t.in_flight += in_flight_of(q.get());
+    t.enqueued += n.enqueued;
+    t.delivered += n.delivered;
+    t.acknowledged += n.acknowledged;
+    all.push_back(q.get());
+    depths.emplace_back(depth, q->name());
+  }
+  std::vector<std::size_t> kept = deepest_queues(depths, config.max_queue_metrics);
+  s.queues_omitted = all.size() - kept.size();
+  s.queues.reserve(kept.size());
+  for (std::size_t i : kept) {
+    const queue& q = *all[i];
+    queue_metrics m;
+    m.name = q.name();
+    m.kind = queue::kind_name(q.type());
+    const queue_counters& n = q.counters;
     m.enqueued = n.enqueued;
     m.delivered = n.delivered;
     m.acknowledged = n.acknowledged;
     m.expired = n.expired;
     m.dead_lettered = n.dead_lettered;
     m.redelivered = n.redelivered;
-    m.depth = n.depth > 0 ? static_cast<std::uint64_t>(n.depth) : 0;
-    auto f = in_flight.find(q.get());
-    m.in_flight = f == in_flight.end() ? 0 : f->second;
-    m.consumers = q->consumers().size();
+    m.depth = depths[i].first;
+    m.in_flight = in_flight_of(&q);
+    m.consumers = q.consumers().size();
     s.queues.push_back(std::move(m));
   }
   return s;

@@ -160,6 +160,15 @@ void broker::reload(const broker_config& fresh) {
                         (fresh.persist_delivery_count_before_delivery ? "true" : "false"));
       c.persist_delivery_count_before_delivery = fresh.persist_delivery_count_before_delivery;
     }
+    // Limits of what the core answers: taken from the next scrape or ADMIN frame on.
+    auto limit = [&](std::size_t& running, std::size_t value, const char* key) {
+      if (running == value) return;
+      changed.push_back(std::string(key) + " " + std::to_string(value));
+      running = value;
+    };
+    limit(c.max_queue_metrics, fresh.max_queue_metrics, "http.max-queue-metrics");
+    limit(c.admin_max_page_size, fresh.admin_max_page_size, "admin.max-page-size");
+    limit(c.admin_max_page_bytes, fresh.admin_max_page_bytes, "admin.max-page-bytes");
     // Address settings: resolved again on next use; queues the new addresses name are created.
     c.address_settings = fresh.address_settings;
     m->settings_cache.clear();

@@ -72,7 +72,10 @@ void broker::impl::add_queue(const queue_ptr& q) {
 
 void broker::impl::remove_queue(const queue_ptr& q) {
   auto it = queues.find(q->storage_key);
-  if (it != queues.end() && it->second == q) queues.erase(it);
+  if (it != queues.end() && it->second == q) {
+    retire(*q);  // its counters stay in the broker-wide totals
+    queues.erase(it);
+  }
   auto by_id = queues_by_id.find(q->id());
   if (by_id == queues_by_id.end() || by_id->second != q) return;
   queues_by_id.erase(by_id);

@@ -38,24 +38,22 @@ std::string write_status_json(const metrics_snapshot& s) {
       "\"file_bytes\":{},\"live_bytes\":{},\"disk_free_bytes\":{},\"refusing_sends\":{}}},",
       s.store.writable, s.store.commits, s.store.batches, s.store.map_size_bytes, s.store.map_used_bytes,
       s.store.file_bytes, s.store.live_bytes, s.store.disk_free_bytes, s.store.refusing_sends);
-  std::uint64_t enqueued = 0, acknowledged = 0, depth = 0;
-  for (const auto& q : s.queues) {
-    enqueued += q.enqueued;
-    acknowledged += q.acknowledged;
-    depth += q.depth;
-  }
+  // Over every queue, whether or not it is listed below.
+  std::uint64_t queue_count = 0;
+  for (const auto& [kind, n] : s.totals.queues_by_kind) queue_count += n;
   out += fmt::format(
-      "\"totals\":{{\"enqueued\":{},\"acknowledged\":{},\"depth\":{},\"expired\":{},\"expired_dropped\":{},"
-      "\"dead_lettered\":{},\"dead_letters_dropped\":{},\"failed_logins\":{}}},",
-      enqueued, acknowledged, depth, s.expired, s.expired_dropped, s.dead_lettered, s.dead_letters_dropped,
-      s.failed_logins);
+      "\"totals\":{{\"queues\":{},\"enqueued\":{},\"acknowledged\":{},\"depth\":{},\"in_flight\":{},"
+      "\"expired\":{},\"expired_dropped\":{},\"dead_lettered\":{},\"dead_letters_dropped\":{},\"failed_logins\":{}}},",
+      queue_count, s.totals.enqueued, s.totals.acknowledged, s.totals.depth, s.totals.in_flight, s.expired,
+      s.expired_dropped, s.dead_lettered, s.dead_letters_dropped, s.failed_logins);
   out += "\"branches\":{";
   bool first = true;
   for (const auto& [state, n] : s.branches_by_state) {
     out += fmt::format("{}{}:{}", first ? "" : ",", quoted(state), n);
     first = false;
   }
-  out += fmt::format("}},\"xa_oldest_prepared_age_seconds\":{:.3f},\"queues\":[", s.oldest_prepared_age_seconds);
+  out += fmt::format("}},\"xa_oldest_prepared_age_seconds\":{:.3f},\"queues_omitted\":{},\"queues\":[",
+                     s.oldest_prepared_age_seconds, s.queues_omitted);
   for (std::size_t i = 0; i < s.queues.size(); ++i) {
     const auto& q = s.queues[i];
     out += fmt::format(

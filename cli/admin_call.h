@@ -25,4 +25,11 @@ using admin_args = std::vector<std::pair<std::string, std::string>>;
 admin_answer admin_call(const settings& s, const std::string& command, const admin_args& args = {},
                         std::chrono::seconds timeout = std::chrono::seconds(0));
 
+// A list command whose answer comes in pages (queues, connections, subscriptions, xa-list;
+// docs/operations.md, "Paged answers"): asks for page after page on one connection, each with
+// `after` set to the previous page's `next`, until one says "more":false. Returns one object: the
+// first page's, with the entries of every page in its arrays `arrays` and without more and next;
+// `body` is that object serialized (what --json prints).
+admin_answer admin_list(const settings& s, const std::string& command, const std::vector<std::string>& arrays);
+
 }  // namespace escrow::cli

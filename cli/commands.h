@@ -1,7 +1,7 @@
-// The `escrow` subcommands. Each talks to the broker through admin_call() (except check-config,
-// check and passwd),
-// prints a table or a summary (or, with --json, the broker's JSON answer as it came) on stdout,
-// and returns exit_ok or throws failure (exit_codes.h). Warnings go to stderr.
+// The `escrow` subcommands. Each talks to the broker through admin_call() or, for the lists that
+// come in pages, admin_list() (except check-config, check and passwd), prints a table or a summary
+// (or, with --json, the broker's JSON answer as it came; for a paged list, the pages merged) on
+// stdout, and returns exit_ok or throws failure (exit_codes.h). Warnings go to stderr.
 #pragma once
 
 #include <cstddef>

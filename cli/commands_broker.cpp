@@ -42,7 +42,7 @@ void run_status(const settings& s, const output_options& o) {
 }
 
 void run_connections(const settings& s, const output_options& o) {
-  admin_answer a = admin_call(s, "connections");
+  admin_answer a = admin_list(s, "connections", {"connections"});
   if (print_json(o, a)) return;
   // USER is who logged in (empty when escrowd has no users file; --json also gives CONNECT's login).
   table t({"ID", "PEER", "USER", "CLIENT-ID", "STOMP", "SUBSCRIPTIONS", "IN-FLIGHT", "TRANSACTIONS", "XA-BRANCH"});
@@ -53,7 +53,7 @@ void run_connections(const settings& s, const output_options& o) {
 }
 
 void run_subscriptions(const settings& s, const output_options& o) {
-  admin_answer a = admin_call(s, "subscriptions");
+  admin_answer a = admin_list(s, "subscriptions", {"subscriptions", "durable"});
   if (print_json(o, a)) return;
   table t({"CONNECTION", "ID", "KIND", "DESTINATION", "ACK", "IN-FLIGHT", "DEPTH"});
   for (const auto& x : array(a.json, "subscriptions"))

@@ -17,7 +17,7 @@ constexpr std::chrono::seconds kSweepTimeout = std::chrono::hours(24);
 }  // namespace
 
 void run_queues(const settings& s, const output_options& o) {
-  admin_answer a = admin_call(s, "queues");
+  admin_answer a = admin_list(s, "queues", {"queues"});
   if (print_json(o, a)) return;
   table t({"NAME", "KIND", "DEPTH", "IN-FLIGHT", "CONSUMERS", "ENQUEUED", "ACKED", "EXPIRED", "DEAD-LETTERED",
            "OLDEST"});

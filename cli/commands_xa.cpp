@@ -19,7 +19,7 @@ constexpr const char* kHeuristicWarning =
 }  // namespace
 
 void run_xa_list(const settings& s, const output_options& o) {
-  admin_answer a = admin_call(s, "xa-list");
+  admin_answer a = admin_list(s, "xa-list", {"branches"});
   if (o.json) {
     std::cout << a.body << "\n";
     return;

@@ -60,4 +60,28 @@ TEST_SUITE("broker/config") {
     CHECK(load_config_text("[security]\nmax-pending-logins = 0\n", "t.toml", config) ==
           "t.toml:2: security.max-pending-logins must be at least 1");
   }
+
+  TEST_CASE("the limits of paged admin answers and of per-queue metrics: defaults and edges") {
+    broker_config config;
+    CHECK(config.max_queue_metrics == 1000);
+    CHECK(config.admin_max_page_size == 1000);
+    CHECK(config.admin_max_page_bytes == 1048576);
+    CHECK(load_config_text("[http]\nmax-queue-metrics = 0\n[admin]\nmax-page-size = 1\nmax-page-bytes = 1024\n",
+                           "t.toml", config).empty());
+    CHECK(config.max_queue_metrics == 0);
+    CHECK(config.admin_max_page_size == 1);
+    CHECK(config.admin_max_page_bytes == 1024);
+    CHECK(load_config_text("[admin]\nmax-page-size = 100000\nmax-page-bytes = 8388608\n", "t.toml", config).empty());
+    CHECK(load_config_text("[admin]\nmax-page-size = 0\n", "t.toml", config) ==
+          "t.toml:2: admin.max-page-size must be at least 1");
+    CHECK(load_config_text("[admin]\nmax-page-size = 100001\n", "t.toml", config) ==
+          "t.toml:2: admin.max-page-size must be at most 100000");
+    CHECK(load_config_text("[admin]\nmax-page-bytes = 1023\n", "t.toml", config) ==
+          "t.toml:2: admin.max-page-bytes must be at least 1024");
+    CHECK(load_config_text("[admin]\nmax-page-bytes = 8388609\n", "t.toml", config) ==
+          "t.toml:2: admin.max-page-bytes must be at most 8388608");
+    CHECK(load_config_text("[http]\nmax-queue-metrics = 1000001\n", "t.toml", config) ==
+          "t.toml:2: http.max-queue-metrics must be at most 1000000");
+    CHECK(load_config_text("[admin]\npage = 1\n", "t.toml", config) == "t.toml:2: admin.page: unknown key");
+  }
 }

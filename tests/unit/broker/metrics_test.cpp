@@ -119,3 +119,33 @@ TEST_CASE("/status JSON escapes names and lists every queue") {
   CHECK(contains(json, "\"connections\":3"));
   CHECK(contains(json, "\"prepared\":2"));
 }
+
+TEST_CASE("the queues kept for their own series: all up to the limit, then the deepest, ties by name") {
+  std::vector<std::pair<std::uint64_t, std::string_view>> q{{1, "a0"}, {1, "a1"}, {1, "a2"}, {3, "b"}, {0, "c"}};
+  CHECK(deepest_queues(q, 5) == std::vector<std::size_t>{0, 1, 2, 3, 4});
+  CHECK(deepest_queues(q, 9) == std::vector<std::size_t>{0, 1, 2, 3, 4});
+  CHECK(deepest_queues(q, 4) == std::vector<std::size_t>{0, 1, 2, 3});
+  CHECK(deepest_queues(q, 3) == std::vector<std::size_t>{0, 1, 3});
+  CHECK(deepest_queues(q, 1) == std::vector<std::size_t>{3});
+  CHECK(deepest_queues(q, 0).empty());
+  // The same name twice (a durable subscription and a queue can look alike): by position.
+  std::vector<std::pair<std::uint64_t, std::string_view>> same{{2, "x"}, {2, "x"}, {2, "x"}};
+  CHECK(deepest_queues(same, 2) == std::vector<std::size_t>{0, 1});
+}
+
+TEST_CASE("the broker-wide queue totals and the omitted count are in the exposition and /status") {
+  metrics_snapshot s = sample_snapshot();
+  s.totals.queues_by_kind = {{"queue", 7}, {"durable-subscription", 1}};
+  s.totals.depth = 40;
+  s.totals.enqueued = 90;
+  s.queues_omitted = 6;
+  std::string out = write_prometheus(s);
+  CHECK(contains(out, "escrow_queues{kind=\"queue\"} 7\n"));
+  CHECK(contains(out, "escrow_queues{kind=\"durable-subscription\"} 1\n"));
+  CHECK(contains(out, "# TYPE escrow_queue_metrics_omitted gauge\nescrow_queue_metrics_omitted 6\n"));
+  CHECK(contains(out, "escrow_messages_depth 40\n"));
+  CHECK(contains(out, "# TYPE escrow_messages_enqueued_total counter\nescrow_messages_enqueued_total 90\n"));
+  std::string json = write_status_json(s);
+  CHECK(contains(json, "\"totals\":{\"queues\":8,\"enqueued\":90,\"acknowledged\":0,\"depth\":40,"));
+  CHECK(contains(json, "\"queues_omitted\":6,\"queues\":["));
+}
