@@ -282,6 +282,7 @@ std::string apply_config(const toml::table& root, const std::string& path, broke
       {"security",
        {{"users-file", string_field(config.users_file)},
         {"login-backoff-max-ms", unsigned_field(config.login_backoff_max_ms)},
+        {"populate-validated-user", bool_field(config.populate_validated_user)},
         {"login-threads", [&config](const toml::node& n) -> std::string {
            auto v = n.value_exact<std::int64_t>();
            if (!n.is_integer() || !v) return "must be an integer";

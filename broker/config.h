@@ -83,6 +83,9 @@ struct broker_config {
   // escrowd allows only when every STOMP listener is on a loopback address.
   std::string users_file;
   std::vector<security_setting_entry> security_settings;  // [[security-settings]]
+  // Stamp _AMQ_VALIDATED_USER (the logged-in user) on every message sent, as Artemis's
+  // populate-validated-user does; a sender's own copy is dropped either way.
+  bool populate_validated_user = false;
   std::uint64_t login_backoff_max_ms = 10000;  // longest delay a failed login imposes on the next check
   unsigned login_threads = 2;                  // threads that check passwords
   std::size_t max_waiting_logins_per_address = 8;  // checks from one address waiting behind its running one

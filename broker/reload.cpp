@@ -59,6 +59,7 @@ std::vector<std::string> changes_needing_restart(const broker_config& a, const b
   check(a.max_queues_per_user == b.max_queues_per_user, "limits.max-queues-per-user");
   check(a.users_file == b.users_file, "security.users-file");
   check(a.login_backoff_max_ms == b.login_backoff_max_ms, "security.login-backoff-max-ms");
+  check(a.populate_validated_user == b.populate_validated_user, "security.populate-validated-user");
   check(a.login_threads == b.login_threads, "security.login-threads");
   check(a.max_waiting_logins_per_address == b.max_waiting_logins_per_address,
         "security.max-waiting-logins-per-address");

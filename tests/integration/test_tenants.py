@@ -290,3 +290,17 @@ def test_a_client_id_with_a_hidden_character_is_refused(broker, raw):
     r.send(frame_bytes("CONNECT", [("accept-version", "1.2"), ("host", "x"), ("client-id", "app\u202eppa")]))
     f = r.read_frame()
     assert f.command == "ERROR" and "invalid client-id" in f.headers["message"] and "U+202E" in f.headers["message"], f
+
+
+def test_populate_validated_user_stamps_the_sender_and_cannot_be_forged(broker_factory, users_file):
+    b = broker_factory(config=SETTINGS.replace("[security]\n", "[security]\npopulate-validated-user = true\n"),
+                       start=False)
+    (b.workdir / "users.toml").write_text(users_file)
+    b.start()
+    queue = f"/queue/orders.{unique()}"
+    alice = login(b, "alice")
+    alice.send(queue, "signed", headers={"_AMQ_VALIDATED_USER": "bob"})
+    alice.subscribe(queue)
+    (m,) = alice.wait_messages(1)
+    assert m.headers["_AMQ_VALIDATED_USER"] == "alice"
+    alice.close()
