@@ -238,7 +238,9 @@ void authenticator::work() {
     }
     auto first = due_.begin();
     if (first->first > clock::now()) {
-      wake_.wait_until(lock, first->first);
+      // A copy: while this thread waits, another may take and erase that entry.
+      const clock::time_point until = first->first;
+      wake_.wait_until(lock, until);
       continue;
     }
     attempt a = std::move(first->second);
