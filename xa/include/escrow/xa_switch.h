@@ -58,16 +58,22 @@
  *                entry points.
  * Per call, the codes the broker may answer are listed in docs/transactions.md ("XA frames").
  *
+ * XA declarations. This header declares only Escrow's own names, with `struct xa_switch_t`
+ * forward-declared: it compiles whether a transaction manager's xa.h was included before it,
+ * after it, or not at all. To use the switch's fields or the XA constants, include an xa.h: the
+ * TM's, or escrow/xa.h when there is none.
+ *
  * Thread safety: every function here may be called from any thread; each works on the calling
  * thread's connections only. */
 #ifndef ESCROW_XA_SWITCH_H
 #define ESCROW_XA_SWITCH_H
 
-#include "escrow/xa.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Defined by any xa.h (the TM's or escrow/xa.h); an incomplete type is enough to declare it. */
+struct xa_switch_t;
 
 /* The switch: name "escrow", flags TMNOMIGRATE, version 0. */
 extern struct xa_switch_t escrow_xa_switch;
