@@ -301,7 +301,7 @@ TEST_SUITE("xa/switch codes") {
         for (const auto& [label, answer] : answers) {
           on_fresh_thread([&] {
             const bool slow = answer.what == fake_answer::kind::silence;
-            REQUIRE(xa_open(open_string(broker.port(), slow ? 300 : 5000)) == XA_OK);
+            REQUIRE(xa_open(open_string(broker.port(), slow ? 500 : 5000)) == XA_OK);
             broker.set_script([&, a = answer](const escrow::frame& f, int) {
               return f.command == e.frame ? a : fake_answer::code("XA_OK");
             });
@@ -331,7 +331,7 @@ TEST_SUITE("xa/switch codes") {
       for (const auto& [label, answer] : answers) {
         on_fresh_thread([&] {
           const bool slow = answer.what == fake_answer::kind::silence;
-          REQUIRE(xa_open(open_string(broker.port(), slow ? 300 : 5000), 7) == XA_OK);
+          REQUIRE(xa_open(open_string(broker.port(), slow ? 500 : 5000), 7) == XA_OK);
           broker.clear_seen();
           broker.set_script([&, a = answer](const escrow::frame&, int nth) {
             return nth == 1 ? fake_answer::code("XAER_NOTA") : a;
@@ -383,7 +383,7 @@ TEST_SUITE("xa/switch codes") {
         for (const auto& [label, answer] : every_answer()) {
           on_fresh_thread([&] {
             const bool slow = answer.what == fake_answer::kind::silence;
-            REQUIRE(xa_open(open_string(broker.port(), slow ? 300 : 5000)) == XA_OK);
+            REQUIRE(xa_open(open_string(broker.port(), slow ? 500 : 5000)) == XA_OK);
             broker.set_script([a = answer](const escrow::frame&, int) { return a; });
             XID page[4];
             int got = sw().xa_recover_entry(count ? page : nullptr, count, 1, flags);
