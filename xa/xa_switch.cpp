@@ -1,7 +1,8 @@
 // escrow_xa_switch: the ten XA entry points, each a translation of one XA call into one XA frame
-// (or a short series, for xa_recover) on the calling thread's connection for the rmid. The XA
-// state machine lives in the broker; the switch only checks arguments, keeps the connection, the
-// association bookkeeping xa_close needs, and maps answers to codes (include/escrow/xa_switch.h).
+// (or a short series, for xa_recover, and for a decision of a branch prepared before the identity
+// trailer) on the calling thread's connection for the rmid. The XA state machine lives in the
+// broker; the switch only checks arguments, keeps the connection, the association bookkeeping
+// xa_close needs, and maps answers to codes, never one the call may not return (docs/xa.md).
 //
 // State is thread-local, so no lock is ever held, let alone across a network round trip.
 #include "escrow/xa_switch.h"
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "escrow/client.h"
+#include "escrow/xa.h"
 #include "escrow/xid.h"
 #include "xa_switch_internal.h"
 
@@ -25,6 +27,7 @@ namespace {
 // One rmid opened by this thread: xa_open made it, xa_close ends it.
 struct rm_state {
   open_options options;
+  trailer identity;  // of resource_name(options) and options.branch: every new branch's trailer
   std::unique_ptr<client::connection> connection;  // null once the connection dropped
   std::set<xid> associated;                        // broker xids started (or suspended) and not ended
 };
@@ -80,18 +83,34 @@ bool flags_ok(long flags, long allowed, const char* call, int& code) {
   return false;
 }
 
-// Sends one XA frame and returns the broker's code; on failure drops the connection as needed.
+// An answer the switch cannot take at its word (unreadable, or a code the call may not return):
+// nothing is known of the branch, so the connection is closed and the call answers XAER_RMFAIL,
+// "unavailable, try again", which every call that reaches the broker may return.
+int untrusted(rm_state& rm, const char* call, const std::string& what) {
+  drop(rm);
+  return fail(XAER_RMFAIL, std::string(call) + ": " + what +
+                               "; the switch closed the connection: call xa_open, then try again (is the broker at " +
+                               where(rm) + " an Escrow broker of this version?)");
+}
+
+// Sends one XA frame for entry point `e` (called with `flags`) and returns the broker's code, or
+// XAER_RMFAIL for an answer the call may not return; on failure drops the connection as needed.
 // `reply` (optional) receives the RECEIPT.
-int send_xa(rm_state& rm, const char* call, frame request, frame* reply) {
+int send_xa(rm_state& rm, entry e, long flags, frame request, frame* reply) {
+  const char* call = entry_name(e);
   try {
     frame r = rm.connection->call(std::move(request), rm.options.timeout);
     const std::string* result = r.find("xa-result");
-    if (!result)
-      return fail(XAER_RMERR, std::string(call) + ": the broker at " + where(rm) +
-                                  " answered without an xa-result header; is it an Escrow broker?");
+    if (!result) return untrusted(rm, call, "the broker answered without an xa-result header");
     auto code = xa_result_from_name(*result);
-    if (!code)
-      return fail(XAER_RMERR, std::string(call) + ": the broker answered the unknown XA result '" + *result + "'");
+    if (!code) return untrusted(rm, call, "the broker answered the unknown XA result '" + result->substr(0, 60) + "'");
+    // XA-RECOVER answers XA_OK with the page; a count is never the broker's code.
+    bool allowed = e == entry::recover ? *code == XA_OK || (*code < 0 && may_return(e, *code, flags))
+                                       : may_return(e, *code, flags);
+    if (!allowed)
+      return untrusted(rm, call, "the broker answered " + *result + ", which " + call +
+                                     (e == entry::commit && !(flags & TMONEPHASE) ? " without TMONEPHASE" : "") +
+                                     " may not return");
     if (*code != XA_OK) {
       std::string message(r.get("message"));
       t_last_error = std::string(call) + ": " + *result + (message.empty() ? "" : ": " + message);
@@ -130,18 +149,32 @@ frame xa_frame(const char* command, const xid* x, long flags) {
 }
 
 // The shared shape of xa_start, xa_end, xa_prepare, xa_commit, xa_rollback and xa_forget.
-int branch_call(const char* call, const char* command, XID* x, int rmid, long flags, long allowed,
+int branch_call(entry e, const char* command, XID* x, int rmid, long flags, long allowed,
                 long strip = TMNOFLAGS) {
+  const char* call = entry_name(e);
   t_last_error.clear();
   int code = XA_OK;
   if (!flags_ok(flags, allowed, call, code)) return code;
   if (!x) return fail(XAER_INVAL, std::string(call) + ": the XID pointer is NULL");
   std::string why;
-  auto bx = to_broker_xid(*x, rmid, &why);
-  if (!bx) return fail(XAER_INVAL, std::string(call) + ": " + why);
+  if (!to_broker_xid(*x, trailer{}, &why)) return fail(XAER_INVAL, std::string(call) + ": " + why);
   rm_state* rm = usable(rmid, call, code);
   if (!rm) return code;
-  code = send_xa(*rm, call, xa_frame(command, &*bx, flags & ~strip), nullptr);
+  auto bx = to_broker_xid(*x, rm->identity, &why);
+  code = send_xa(*rm, e, flags, xa_frame(command, &*bx, flags & ~strip), nullptr);
+  // A decision for a branch this switch does not know under the resource's trailer: it may have
+  // been prepared by a switch before the identity trailer, whose trailer was the rmid. Ask again
+  // under that one (one more round trip, only after XAER_NOTA).
+  bool decides = e == entry::rollback || e == entry::forget || (e == entry::commit && !(flags & TMONEPHASE));
+  if (decides && code == XAER_NOTA && rm->connection) {
+    std::string first = t_last_error;
+    auto legacy = to_broker_xid(*x, legacy_trailer(rmid), &why);
+    code = send_xa(*rm, e, flags, xa_frame(command, &*legacy, flags & ~strip), nullptr);
+    if (code == XAER_NOTA)
+      t_last_error = first + " (not under the rmid trailer of earlier switches either, " + legacy->to_string() +
+                     ": the branch is finished, or belongs to another resource or user; escrow xa list shows what "
+                     "the broker holds)";
+  }
   if (rm->connection) {
     // The association bookkeeping xa_close needs (the broker keeps the real state).
     if (std::strcmp(command, "XA-START") == 0 && code == XA_OK) rm->associated.insert(*bx);
@@ -162,16 +195,22 @@ int note_failure(const char* call, const char* what) noexcept {
   return XAER_RMERR;
 }
 
-// Runs an entry point's body; no exception crosses the C boundary.
+// Runs an entry point's body; no exception crosses the C boundary, and no code the entry point may
+// not return (may_return; the unit tests show the body never produces one, this is the last guard).
 template <typename F>
-int guarded(const char* call, F&& body) noexcept {
+int guarded(entry e, long flags, F&& body) noexcept {
+  const char* call = entry_name(e);
+  int code;
   try {
-    return body();
-  } catch (const std::exception& e) {
-    return note_failure(call, e.what());
+    code = body();
+  } catch (const std::exception& ex) {
+    code = note_failure(call, ex.what());
   } catch (...) {
-    return note_failure(call, "unexpected failure inside the switch");
+    code = note_failure(call, "unexpected failure inside the switch");
   }
+  if (may_return(e, code, flags)) return code;
+  note_failure(call, "the switch was about to return a code this call may not return (a bug: please report it)");
+  return e == entry::complete ? XAER_PROTO : XAER_RMERR;
 }
 
 int open_rm(char* info, int rmid, long flags) {
@@ -184,6 +223,28 @@ int open_rm(char* info, int rmid, long flags) {
   auto it = t_rms.find(rmid);
   if (it != t_rms.end() && it->second.connection && it->second.connection->is_open())
     return XA_OK;  // already open on this thread: xa_open may be called again
+  // Two rmids of this thread that would give one XID the same broker xid: one branch for two
+  // resource managers. Refused, because telling them apart by rmid would make the identity depend
+  // on the rmid again (and on which rmids a thread opened).
+  trailer identity = identity_trailer(*options);
+  for (const auto& [other, state] : t_rms) {
+    if (other == rmid || state.identity != identity || state.options.host != options->host ||
+        state.options.port != options->port || state.options.login != options->login)
+      continue;
+    std::string mine = resource_name(*options), theirs = resource_name(state.options);
+    auto named = [](const std::string& resource, const std::string& branch) {
+      return "resource '" + resource + "'" + (branch.empty() ? "" : " branch '" + branch + "'");
+    };
+    return fail(XAER_INVAL,
+                "xa_open: rmid " + std::to_string(rmid) + " and rmid " + std::to_string(other) +
+                    " of this thread name the same broker (" + where(state) + ", login '" + options->login + "') " +
+                    (mine == theirs && options->branch == state.options.branch
+                         ? "and the same " + named(mine, options->branch)
+                         : "and " + named(mine, options->branch) + " and " + named(theirs, state.options.branch) +
+                               " have the same trailer " + trailer_hex(identity)) +
+                    ": one XID would be one branch for both. Give each its own branch=NAME (or resource=NAME) in "
+                    "its open string");
+  }
   if (it != t_rms.end()) drop(it->second);
 
   client::connect_options c;
@@ -214,6 +275,7 @@ int open_rm(char* info, int rmid, long flags) {
   }
   rm_state& rm = t_rms[rmid];
   rm.options = *options;
+  rm.identity = identity;
   rm.connection = std::move(connection);
   rm.associated.clear();
   return XA_OK;
@@ -235,12 +297,14 @@ int close_rm(int rmid, long flags) {
   return XA_OK;
 }
 
-// One XA-RECOVER page from the broker: appends the xids of `rmid` to `out`; `page` = all listed.
+// One XA-RECOVER page from the broker: appends the TM's XIDs of the branches this rmid's resource
+// made (its identity trailer), and of those an earlier switch made under this rmid (the rmid
+// trailer), to `out`; `page` = all the broker listed.
 int recover_page(rm_state& rm, long flags, long count, int rmid, std::vector<XID>& out, long& page) {
   frame request = xa_frame("XA-RECOVER", nullptr, flags);
   request.add("count", std::to_string(count));
   frame reply;
-  int code = send_xa(rm, "xa_recover", std::move(request), &reply);
+  int code = send_xa(rm, entry::recover, flags, std::move(request), &reply);
   if (code != XA_OK) return code;
   page = 0;
   std::string_view body = reply.body;
@@ -254,7 +318,8 @@ int recover_page(rm_state& rm, long flags, long count, int rmid, std::vector<XID
     auto x = xid::parse(line, &why);
     if (!x) return fail(XAER_RMERR, "xa_recover: the broker listed an unreadable xid: " + why);
     ++page;
-    if (auto mine = from_broker_xid(*x, rmid)) out.push_back(*mine);
+    if (auto mine = from_broker_xid(*x, rm.identity)) out.push_back(*mine);
+    else if (auto earlier = from_broker_xid(*x, legacy_trailer(rmid))) out.push_back(*earlier);
   }
   return XA_OK;
 }
@@ -300,34 +365,43 @@ using namespace escrow::xa_switch_detail;
 extern "C" {
 
 static int escrow_xa_open(char* info, int rmid, long flags) {
-  return guarded("xa_open", [&] { return open_rm(info, rmid, flags); });
+  return guarded(entry::open, flags, [&] { return open_rm(info, rmid, flags); });
 }
 static int escrow_xa_close(char*, int rmid, long flags) {
-  return guarded("xa_close", [&] { return close_rm(rmid, flags); });
+  return guarded(entry::close, flags, [&] { return close_rm(rmid, flags); });
 }
 static int escrow_xa_start(XID* x, int rmid, long flags) {
-  return guarded("xa_start", [&] { return branch_call("xa_start", "XA-START", x, rmid, flags, TMJOIN | TMRESUME | TMNOWAIT, TMNOWAIT); });
+  return guarded(entry::start, flags, [&] {
+    return branch_call(entry::start, "XA-START", x, rmid, flags, TMJOIN | TMRESUME | TMNOWAIT, TMNOWAIT);
+  });
 }
 static int escrow_xa_end(XID* x, int rmid, long flags) {
-  return guarded("xa_end", [&] { return branch_call("xa_end", "XA-END", x, rmid, flags, TMSUCCESS | TMFAIL | TMSUSPEND); });
+  return guarded(entry::end, flags, [&] {
+    return branch_call(entry::end, "XA-END", x, rmid, flags, TMSUCCESS | TMFAIL | TMSUSPEND);
+  });
 }
 static int escrow_xa_rollback(XID* x, int rmid, long flags) {
-  return guarded("xa_rollback", [&] { return branch_call("xa_rollback", "XA-ROLLBACK", x, rmid, flags, TMNOFLAGS); });
+  return guarded(entry::rollback, flags,
+                 [&] { return branch_call(entry::rollback, "XA-ROLLBACK", x, rmid, flags, TMNOFLAGS); });
 }
 static int escrow_xa_prepare(XID* x, int rmid, long flags) {
-  return guarded("xa_prepare", [&] { return branch_call("xa_prepare", "XA-PREPARE", x, rmid, flags, TMNOFLAGS); });
+  return guarded(entry::prepare, flags,
+                 [&] { return branch_call(entry::prepare, "XA-PREPARE", x, rmid, flags, TMNOFLAGS); });
 }
 static int escrow_xa_commit(XID* x, int rmid, long flags) {
-  return guarded("xa_commit", [&] { return branch_call("xa_commit", "XA-COMMIT", x, rmid, flags, TMONEPHASE | TMNOWAIT, TMNOWAIT); });
+  return guarded(entry::commit, flags, [&] {
+    return branch_call(entry::commit, "XA-COMMIT", x, rmid, flags, TMONEPHASE | TMNOWAIT, TMNOWAIT);
+  });
 }
 static int escrow_xa_recover(XID* xids, long count, int rmid, long flags) {
-  return guarded("xa_recover", [&] { return recover(xids, count, rmid, flags); });
+  return guarded(entry::recover, flags, [&] { return recover(xids, count, rmid, flags); });
 }
 static int escrow_xa_forget(XID* x, int rmid, long flags) {
-  return guarded("xa_forget", [&] { return branch_call("xa_forget", "XA-FORGET", x, rmid, flags, TMNOFLAGS); });
+  return guarded(entry::forget, flags,
+                 [&] { return branch_call(entry::forget, "XA-FORGET", x, rmid, flags, TMNOFLAGS); });
 }
-static int escrow_xa_complete(int* handle, int*, int, long) {
-  return guarded("xa_complete", [&] {
+static int escrow_xa_complete(int* handle, int*, int, long flags) {
+  return guarded(entry::complete, flags, [&] {
     return fail(handle ? XAER_PROTO : XAER_INVAL,
                 "xa_complete: the switch never runs a call asynchronously, so there is nothing to complete");
   });
@@ -342,6 +416,21 @@ struct xa_switch_t escrow_xa_switch = {
 const char* escrow_xa_last_error(void) { return t_last_error.c_str(); }
 
 }  // extern "C"
+
+escrow::client::connection* escrow_xa_connection_for(const char* resource) {
+  try {
+    escrow::client::connection* found = nullptr;
+    int matches = 0;
+    for (const auto& [rmid, rm] : t_rms) {
+      if (resource && *resource && resource_name(rm.options) != resource) continue;
+      ++matches;
+      if (rm.connection && rm.connection->is_open()) found = rm.connection.get();
+    }
+    return matches == 1 ? found : nullptr;
+  } catch (...) {
+    return nullptr;
+  }
+}
 
 escrow::client::connection* escrow_xa_connection(int rmid) {
   try {

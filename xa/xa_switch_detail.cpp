@@ -1,4 +1,5 @@
-// The open-string parser and the xid mapping of escrow_xa_switch (xa_switch_internal.h).
+// The open-string parser, the branch identity, the xid mapping and the per-call code table of
+// escrow_xa_switch (xa_switch_internal.h).
 #include <charconv>
 #include <cstring>
 #include <set>
@@ -35,6 +36,14 @@ bool apply(open_options& o, std::string_view key, std::string_view value, std::s
     o.login = value;
   } else if (key == "passcode") {
     o.passcode = value;
+  } else if (key == "resource" || key == "branch") {
+    if (value.empty() || value.size() > kMaxNameSize)
+      return fail(error, "invalid " + std::string(key) + " " + quoted(value) + " in open string: give a name of 1 to " +
+                             std::to_string(kMaxNameSize) + " characters");
+    for (char c : value)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F)
+        return fail(error, "invalid " + std::string(key) + " in open string: a control character in the name");
+    (key == "resource" ? o.resource : o.branch) = value;
   } else if (key == "timeout") {
     long long ms = 0;
     if (!whole_number(value, ms) || ms < 1 || ms > 3600000)
@@ -43,7 +52,7 @@ bool apply(open_options& o, std::string_view key, std::string_view value, std::s
     o.timeout = std::chrono::milliseconds(ms);
   } else {
     return fail(error, "unknown key " + quoted(key) +
-                           " in open string: the keys are host, port, login, passcode and timeout");
+                           " in open string: the keys are host, port, login, passcode, timeout, resource and branch");
   }
   return true;
 }
@@ -85,7 +94,39 @@ std::optional<open_options> parse_open_string(std::string_view text, std::string
   return o;
 }
 
-std::optional<xid> to_broker_xid(const XID& x, int rmid, std::string* error) {
+std::string resource_name(const open_options& o) {
+  if (!o.resource.empty()) return o.resource;
+  return o.login.empty() ? std::string("default") : o.login;
+}
+
+std::uint32_t identity_hash(std::string_view resource, std::string_view branch) {
+  std::uint32_t h = 2166136261u;
+  auto mix = [&h](unsigned char byte) {
+    h ^= byte;
+    h *= 16777619u;
+  };
+  for (char c : resource) mix(static_cast<unsigned char>(c));
+  mix(0);
+  for (char c : branch) mix(static_cast<unsigned char>(c));
+  return h;
+}
+
+trailer identity_trailer(const open_options& o) {
+  return trailer{kIdentityMarker, identity_hash(resource_name(o), o.branch)};
+}
+
+trailer legacy_trailer(int rmid) { return trailer{kLegacyMarker, static_cast<std::uint32_t>(rmid)}; }
+
+std::string trailer_hex(const trailer& t) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  out += digits[t.marker >> 4];
+  out += digits[t.marker & 0xF];
+  for (int shift = 28; shift >= 0; shift -= 4) out += digits[(t.value >> shift) & 0xF];
+  return out;
+}
+
+std::optional<xid> to_broker_xid(const XID& x, const trailer& t, std::string* error) {
   if (x.formatID == -1) {
     fail(error, "the null XID (formatID -1) names no branch");
     return std::nullopt;
@@ -95,25 +136,24 @@ std::optional<xid> to_broker_xid(const XID& x, int rmid, std::string* error) {
     fail(error, "XID with gtrid_length " + std::to_string(x.gtrid_length) + " and bqual_length " +
                     std::to_string(x.bqual_length) + ": the switch takes gtrids of 1 to 64 bytes and bquals of 0 to " +
                     std::to_string(MAXBQUALSIZE - kTrailerSize) + " bytes (it appends a " +
-                    std::to_string(kTrailerSize) + "-byte rmid trailer)");
+                    std::to_string(kTrailerSize) + "-byte branch trailer)");
     return std::nullopt;
   }
   std::string gtrid(x.data, static_cast<std::size_t>(x.gtrid_length));
   std::string bqual(x.data + x.gtrid_length, static_cast<std::size_t>(x.bqual_length));
-  auto id = static_cast<std::uint32_t>(rmid);
-  bqual.push_back(static_cast<char>(kTrailerMarker));
-  for (int shift = 24; shift >= 0; shift -= 8) bqual.push_back(static_cast<char>((id >> shift) & 0xFF));
+  bqual.push_back(static_cast<char>(t.marker));
+  for (int shift = 24; shift >= 0; shift -= 8) bqual.push_back(static_cast<char>((t.value >> shift) & 0xFF));
   return xid(x.formatID, std::move(gtrid), std::move(bqual));
 }
 
-std::optional<XID> from_broker_xid(const xid& x, int rmid) {
+std::optional<XID> from_broker_xid(const xid& x, const trailer& t) {
   const std::string& b = x.bqual();
   if (b.size() < kTrailerSize) return std::nullopt;
   std::size_t at = b.size() - kTrailerSize;
-  if (static_cast<unsigned char>(b[at]) != kTrailerMarker) return std::nullopt;
-  std::uint32_t id = 0;
-  for (std::size_t k = 1; k < kTrailerSize; ++k) id = (id << 8) | static_cast<unsigned char>(b[at + k]);
-  if (id != static_cast<std::uint32_t>(rmid)) return std::nullopt;
+  if (static_cast<unsigned char>(b[at]) != t.marker) return std::nullopt;
+  std::uint32_t value = 0;
+  for (std::size_t k = 1; k < kTrailerSize; ++k) value = (value << 8) | static_cast<unsigned char>(b[at + k]);
+  if (value != t.value) return std::nullopt;
   XID out{};
   out.formatID = static_cast<long>(x.format_id());
   out.gtrid_length = static_cast<long>(x.gtrid().size());
@@ -121,6 +161,46 @@ std::optional<XID> from_broker_xid(const xid& x, int rmid) {
   std::memcpy(out.data, x.gtrid().data(), x.gtrid().size());
   std::memcpy(out.data + x.gtrid().size(), b.data(), at);
   return out;
+}
+
+const char* entry_name(entry e) {
+  switch (e) {
+    case entry::open: return "xa_open";
+    case entry::close: return "xa_close";
+    case entry::start: return "xa_start";
+    case entry::end: return "xa_end";
+    case entry::rollback: return "xa_rollback";
+    case entry::prepare: return "xa_prepare";
+    case entry::commit: return "xa_commit";
+    case entry::recover: return "xa_recover";
+    case entry::forget: return "xa_forget";
+    case entry::complete: return "xa_complete";
+  }
+  return "xa_?";
+}
+
+bool may_return(entry e, int code, long flags) {
+  const bool rollback = code >= XA_RBBASE && code <= XA_RBEND;
+  const bool heuristic = code == XA_HEURHAZ || code == XA_HEURCOM || code == XA_HEURRB || code == XA_HEURMIX;
+  // Every branch call but xa_complete: the errors of a resource manager that can fail.
+  const bool branch_errors = code == XAER_RMERR || code == XAER_RMFAIL || code == XAER_NOTA || code == XAER_INVAL ||
+                             code == XAER_PROTO;
+  switch (e) {
+    case entry::open:
+    case entry::close: return code == XA_OK || code == XAER_RMERR || code == XAER_INVAL || code == XAER_PROTO;
+    case entry::start:
+      return code == XA_OK || rollback || code == XA_RETRY || branch_errors || code == XAER_DUPID ||
+             code == XAER_OUTSIDE;
+    case entry::end: return code == XA_OK || code == XA_NOMIGRATE || rollback || branch_errors;
+    case entry::prepare: return code == XA_OK || code == XA_RDONLY || rollback || branch_errors;
+    case entry::commit:
+      return code == XA_OK || heuristic || code == XA_RETRY || (rollback && (flags & TMONEPHASE)) || branch_errors;
+    case entry::rollback: return code == XA_OK || heuristic || rollback || branch_errors;
+    case entry::recover: return code >= 0 || code == XAER_RMERR || code == XAER_RMFAIL || code == XAER_INVAL || code == XAER_PROTO;
+    case entry::forget: return code == XA_OK || branch_errors;
+    case entry::complete: return code == XA_OK || code == XA_RETRY || code == XAER_PROTO || code == XAER_INVAL;
+  }
+  return false;
 }
 
 }  // namespace escrow::xa_switch_detail

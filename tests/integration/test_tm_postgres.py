@@ -34,6 +34,15 @@ IDLE_EXIT_MS = BRANCH_TIMEOUT_MS + int(2000 * SLOW)
 RMID = 1
 
 
+def switch_trailer(resource, branch=""):
+    """The 5 bytes escrow_xa_switch appends to a bqual, in hex (docs/xa.md, "Branch identity"):
+    0xe6 and FNV-1a (32 bits) of the resource name, a NUL and the branch qualifier."""
+    h = 2166136261
+    for byte in resource.encode() + b"\0" + branch.encode():
+        h = ((h ^ byte) * 16777619) & 0xFFFFFFFF
+    return "e6%08x" % h
+
+
 @pytest.fixture(autouse=True)
 def need_tm():
     if not os.path.exists(TM):
@@ -216,13 +225,55 @@ def test_manager_crash_at_each_point_is_recovered(setup, stomp_client, point, re
     assert len(escrow) == escrow_prepared, escrow
     assert len(pg) == pg_prepared, pg
     if point == "after-log":
-        # The broker's xid is the manager's XID with the switch's rmid trailer on the bqual
-        # (0xe5 and the rmid, 32-bit big-endian): what an operator matches against the gid.
-        assert escrow[0] == pg[0] + "e5%08x" % RMID, (escrow, pg)
+        # The broker's xid is the manager's XID with the switch's trailer on the bqual: what an
+        # operator matches against the gid. The open string has no login and no resource=: the
+        # resource is "default".
+        assert escrow[0] == pg[0] + switch_trailer("default"), (escrow, pg)
     rc, out = setup.run_tm(threads=1)
     assert rc == 0, setup.tm_log()
     assert status("recovered", out) == recovered, out
     check_exactly_once(setup, stomp_client, [f"order-{i:05d}" for i in range(5)])
+
+
+def test_recovery_under_another_rmid_finds_and_commits(setup, stomp_client):
+    """The manager prepares under rmid 1 and dies after logging its decision; it comes back with
+    its resource managers renumbered (Escrow is rmid 0 now): recovery still finds the prepared
+    branch (its identity is the resource, not the rmid) and commits it, then finishes the orders."""
+    p = stomp_client(setup.broker)
+    setup.load_orders(p, 3)
+    rc, out = setup.run_tm("--rmid", 1, "--crash-at", "after-log:1", threads=1)
+    assert rc == -9, f"escrow-tm exited {rc}, expected SIGKILL at after-log\n{setup.tm_log()}"
+    assert len(setup.escrow_prepared(stomp_client(setup.broker))) == 1
+    rc, out = setup.run_tm("--rmid", 0, threads=1)
+    assert rc == 0, setup.tm_log()
+    assert status("recovered", out) == {"committed": "2", "rolled_back": "0"}, out
+    check_exactly_once(setup, stomp_client, [f"order-{i:05d}" for i in range(3)])
+
+
+def test_manager_started_before_the_broker_waits_for_it(setup, stomp_client):
+    """The broker is stopped when the manager starts: its xa_open (recovery, on the main thread)
+    answers XAER_RMERR, which it retries, as managers do, until the broker is back; then XA_OK on
+    the same thread, and the orders go through."""
+    p = stomp_client(setup.broker)
+    setup.load_orders(p, 5)
+    p.close()
+    assert setup.broker.terminate() == 0
+
+    def start_when_refused():
+        deadline = time.monotonic() + 60 * SLOW
+        while "XAER_RMERR" not in setup.tm_log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        setup.broker.start()
+
+    starter = threading.Thread(target=start_when_refused, daemon=True)
+    starter.start()
+    rc, out = setup.run_tm("--no-db", "--retry-seconds", 90, threads=1)
+    starter.join(60 * SLOW)
+    assert rc == 0, setup.tm_log()
+    log = setup.tm_log()
+    assert "xa_open on rmid 1: XAER_RMERR" in log, log
+    assert "XAER_RMFAIL" not in log, log
+    assert status("finished", out) == {"committed": "5", "rolled_back": "0"}, out
 
 
 def test_thousand_orders_through_every_crash(setup, stomp_client):

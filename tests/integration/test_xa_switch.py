@@ -2,8 +2,10 @@
 C++ program tests/xa_switch/xa_switch_check.cpp (one scenario per run): open strings (bad ones
 answer XAER_INVAL), start/end/prepare/commit, one phase, read-only, suspend/resume, rollback,
 unknown xids (XAER_NOTA), recover paging with TMSTARTRSCAN / TMENDRSCAN and the lone TMENDRSCAN,
-recovery and commit from another process (across a SIGKILL of the broker), a dropped connection
-(XAER_RMFAIL, then xa_open reopens), the same XID on two rmids, many threads at once.
+recovery and commit from another process under another rmid of the same resource (across a SIGKILL
+of the broker), a branch prepared with the rmid trailer of earlier switches, a dropped connection
+(XAER_RMFAIL, then xa_open reopens), xa_open before the broker runs (XAER_RMERR, then XA_OK on the
+same thread), the same XID on two rmids (branch=), many threads at once.
 
 The program is found next to the broker's build (build/broker/escrowd ->
 build/tests/xa_switch/xa-switch-check) or in XA_SWITCH_CHECK. Under ESCROW_SANITIZED=1 the normal
@@ -60,10 +62,50 @@ def test_same_xid_on_two_rmids_is_two_branches(broker):
 def test_recovery_and_commit_from_another_process_after_broker_crash(broker, tmp_path):
     queue = f"/queue/{unique('other')}"
     xid_file = tmp_path / "xid"
-    run_check("prepare-and-die", broker.port, queue, xid_file)
+    run_check("prepare-and-die", broker.port, queue, xid_file, 3)
     broker.kill9()
     broker.start()
-    run_check("recover-and-commit", broker.port, queue, xid_file)
+    run_check("recover-and-commit", broker.port, queue, xid_file, 3)
+
+
+def test_prepared_under_rmid_1_is_recovered_and_committed_under_rmid_0(broker, tmp_path):
+    """The TM renumbered its resource managers between the prepare and the recovery: the branch's
+    identity is the open string's resource (here the default, host:port), not the rmid."""
+    queue = f"/queue/{unique('renumbered')}"
+    xid_file = tmp_path / "xid"
+    run_check("prepare-and-die", broker.port, queue, xid_file, 1)
+    run_check("recover-and-commit", broker.port, queue, xid_file, 0)
+
+
+def test_branch_with_the_old_rmid_trailer_is_recovered_after_an_upgrade(broker):
+    run_check("legacy-trailer", broker.port, f"/queue/{unique('legacy')}")
+
+
+def test_xa_open_before_the_broker_runs_then_once_it_is_back(broker_factory):
+    """A TM-style driver opens the switch while no broker runs: XAER_RMERR (the code the XA
+    specification gives xa_open for "cannot open"), then XA_OK on the same thread once it runs."""
+    port = free_port()
+    b = broker_factory(start=False, listen=False, args=["--listen", f"127.0.0.1:{port}"])
+    p = subprocess.Popen([CHECK, "open-before-broker", str(port), f"/queue/{unique('late')}"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines = []
+    try:
+        for raw in iter(p.stdout.readline, b""):
+            line = raw.decode(errors="replace").rstrip("\n")
+            lines.append(line)
+            if line == "ready-for-broker":
+                break
+        assert lines and lines[-1] == "ready-for-broker", "\n".join(lines)
+        b.start()
+        p.stdin.write(b"go\n")
+        p.stdin.flush()
+        rest, _ = p.communicate(timeout=4 * TIMEOUT)
+        lines += rest.decode(errors="replace").splitlines()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, "xa-switch-check open-before-broker failed:\n" + "\n".join(lines)
 
 
 def test_dropped_connection_answers_rmfail_then_xa_open_reopens(broker_factory):

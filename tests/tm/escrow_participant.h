@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "escrow/xa.h"
 #include "escrow/xa_switch.h"
 #include "participant.h"
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "coordinator.h"
+#include "escrow/xa.h"
 #include "escrow/xa_switch.h"
 
 namespace escrow::tm {

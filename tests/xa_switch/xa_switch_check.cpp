@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "escrow/client.h"
+#include "escrow/xa.h"
 #include "escrow/xa_switch.h"
 #include "escrow/xid.h"
 
@@ -252,10 +253,16 @@ void recover_paging() {
   expect(close_rm(1), XA_OK, "xa_close");
 }
 
-// The same XID on two rmids of one broker: two independent branches.
+// The same XID on two rmids of one broker: two independent branches, told apart by branch=.
+// Without it, the second xa_open is refused: one XID would be one branch for both.
 void same_xid(const std::string& queue) {
   expect(open_rm(1), XA_OK, "xa_open rmid 1");
-  expect(open_rm(2), XA_OK, "xa_open rmid 2");
+  expect(open_rm(2), XAER_INVAL, "xa_open rmid 2 with rmid 1's open string");
+  check(std::string(escrow_xa_last_error()).find("branch=") != std::string::npos,
+        "the refusal does not say to give branch=: " + std::string(escrow_xa_last_error()));
+  expect(close_rm(1), XA_OK, "xa_close rmid 1");
+  expect(open_rm(1, g_open + " branch=a"), XA_OK, "xa_open rmid 1 branch=a");
+  expect(open_rm(2, g_open + " branch=b"), XA_OK, "xa_open rmid 2 branch=b");
   check(escrow_xa_connection(1) != escrow_xa_connection(2), "rmids 1 and 2 share a connection");
   XID x = make_xid(unique("same"));
   for (int rmid : {1, 2}) {
@@ -278,37 +285,112 @@ void same_xid(const std::string& queue) {
   expect(close_rm(2), XA_OK, "xa_close rmid 2");
 }
 
-// Prepares a branch, writes its xid to `file` and ends the process without closing anything.
-void prepare_and_die(const std::string& queue, const std::string& file) {
-  expect(open_rm(3), XA_OK, "xa_open");
+// Prepares a branch on `rmid`, writes its xid to `file` and ends the process without closing
+// anything.
+void prepare_and_die(const std::string& queue, const std::string& file, int rmid) {
+  expect(open_rm(rmid), XA_OK, "xa_open");
   XID x = make_xid(unique("other-process"));
-  expect(sw().xa_start_entry(&x, 3, TMNOFLAGS), XA_OK, "xa_start");
-  send_on(3, queue, "prepared by another process");
-  expect(sw().xa_end_entry(&x, 3, TMSUCCESS), XA_OK, "xa_end");
-  expect(sw().xa_prepare_entry(&x, 3, TMNOFLAGS), XA_OK, "xa_prepare");
+  expect(sw().xa_start_entry(&x, rmid, TMNOFLAGS), XA_OK, "xa_start");
+  send_on(rmid, queue, "prepared by another process");
+  expect(sw().xa_end_entry(&x, rmid, TMSUCCESS), XA_OK, "xa_end");
+  expect(sw().xa_prepare_entry(&x, rmid, TMNOFLAGS), XA_OK, "xa_prepare");
   std::ofstream(file) << xid_text(x) << "\n";
   std::printf("%s\n", g_failures ? "FAIL: see above" : "ok prepare-and-die");
   std::fflush(stdout);
   ::_exit(g_failures ? 1 : 0);
 }
 
-// In a new process: finds the branch of prepare_and_die by recovery and commits it.
-void recover_and_commit(const std::string& queue, const std::string& file) {
+// In a new process: finds the branch of prepare_and_die by recovery on `rmid` (any rmid: the
+// identity is the open string's resource) and commits it. Another resource's rmid does not see it.
+void recover_and_commit(const std::string& queue, const std::string& file, int rmid) {
   std::string wanted;
   std::getline(std::ifstream(file), wanted);
-  expect(open_rm(3), XA_OK, "xa_open");
+  expect(open_rm(rmid + 1, g_open + " resource=another"), XA_OK, "xa_open of another resource");
   XID found[8];
-  int n = sw().xa_recover_entry(found, 8, 3, TMSTARTRSCAN | TMENDRSCAN);
+  int n = sw().xa_recover_entry(found, 8, rmid + 1, TMSTARTRSCAN | TMENDRSCAN);
+  check(n == 0, "another resource's recover listed " + std::to_string(n) + " branches");
+  expect(open_rm(rmid), XA_OK, "xa_open");
+  n = sw().xa_recover_entry(found, 8, rmid, TMSTARTRSCAN | TMENDRSCAN);
   check(n == 1, "recover listed " + std::to_string(n) + " branches");
   if (n >= 1) {
     check(xid_text(found[0]) == wanted, "recover listed " + xid_text(found[0]) + ", expected " + wanted);
-    expect(sw().xa_commit_entry(&found[0], 3, TMNOFLAGS), XA_OK, "xa_commit from another process");
-    expect(sw().xa_commit_entry(&found[0], 3, TMNOFLAGS), XAER_NOTA, "a second xa_commit");
+    expect(sw().xa_commit_entry(&found[0], rmid, TMNOFLAGS), XA_OK, "xa_commit from another process");
+    expect(sw().xa_commit_entry(&found[0], rmid, TMNOFLAGS), XAER_NOTA, "a second xa_commit");
   }
   auto got = drain(queue);
   check(got == std::vector<std::string>{"prepared by another process"},
         "the queue holds " + std::to_string(got.size()) + " messages");
-  expect(close_rm(3), XA_OK, "xa_close");
+  expect(close_rm(rmid), XA_OK, "xa_close");
+  expect(close_rm(rmid + 1), XA_OK, "xa_close");
+}
+
+// A branch an earlier switch prepared on rmid 5: its trailer was 0xE5 and the rmid. Made here with
+// plain XA frames, as that switch sent them; then this switch, opened on rmid 5 as before the
+// upgrade, lists it in recovery and commits it; rmid 6 (the same resource) does not list it.
+void legacy_trailer(const std::string& queue) {
+  escrow::client::connect_options o;
+  o.port = static_cast<std::uint16_t>(g_port);
+  auto c = escrow::client::connection::open(o);
+  XID tm = make_xid(unique("before-upgrade"), "bq");
+  std::string old = escrow::xid(tm.formatID, escrow::xid::from_c(tm)->gtrid(), std::string("bq\xE5\x00\x00\x00\x05", 7))
+                        .to_string();
+  auto xa = [&](const char* command, const char* flags) {
+    escrow::frame f{command, {{"xid", old}}, {}};
+    if (flags) f.add("flags", flags);
+    return std::string(c->call(f, 10s).get("xa-result"));
+  };
+  check(xa("XA-START", nullptr) == "XA_OK", "XA-START of the old-style branch");
+  escrow::client::producer_options po;
+  po.destination = queue;
+  c->create_producer(po).send("prepared before the upgrade");
+  check(xa("XA-END", "TMSUCCESS") == "XA_OK", "XA-END of the old-style branch");
+  check(xa("XA-PREPARE", nullptr) == "XA_OK", "XA-PREPARE of the old-style branch");
+  c->close();
+
+  expect(open_rm(6, g_open + " branch=six"), XA_OK, "xa_open rmid 6");
+  XID found[8];
+  int n = sw().xa_recover_entry(found, 8, 6, TMSTARTRSCAN | TMENDRSCAN);
+  check(n == 0, "rmid 6 listed " + std::to_string(n) + " branches of rmid 5's old trailer");
+  expect(open_rm(5), XA_OK, "xa_open rmid 5");
+  n = sw().xa_recover_entry(found, 8, 5, TMSTARTRSCAN | TMENDRSCAN);
+  check(n == 1 && xid_text(found[0]) == xid_text(tm),
+        "rmid 5 recover did not list exactly the TM's XID of the old-style branch (" + std::to_string(n) + ")");
+  expect(sw().xa_commit_entry(&tm, 5, TMNOFLAGS), XA_OK, "xa_commit of the old-style branch");
+  expect(sw().xa_commit_entry(&tm, 5, TMNOFLAGS), XAER_NOTA, "a second xa_commit");
+  auto got = drain(queue);
+  check(got == std::vector<std::string>{"prepared before the upgrade"},
+        "the queue holds " + std::to_string(got.size()) + " messages");
+  expect(close_rm(5), XA_OK, "xa_close");
+  expect(close_rm(6), XA_OK, "xa_close");
+}
+
+// xa_open against a broker that is not running yet: XAER_RMERR (never XAER_RMFAIL, which xa_open
+// may not return), again and again; once the test has started it, XA_OK on the same thread, and a
+// two-phase branch goes through.
+void open_before_broker(const std::string& queue) {
+  for (int i = 0; i < 3; ++i) expect(open_rm(1), XAER_RMERR, "xa_open while the broker is stopped");
+  check(std::string(escrow_xa_last_error()).find("cannot open a connection") != std::string::npos,
+        "xa_open's last error does not say why: " + std::string(escrow_xa_last_error()));
+  check(escrow_xa_connection(1) == nullptr, "a connection after a failed xa_open");
+  std::printf("ready-for-broker\n");
+  std::fflush(stdout);
+  std::string line;
+  std::getline(std::cin, line);
+  int code = XAER_RMERR;
+  for (int i = 0; i < 100 && code == XAER_RMERR; ++i) {  // as a TM retries it
+    code = open_rm(1);
+    if (code == XAER_RMERR) std::this_thread::sleep_for(100ms);
+  }
+  expect(code, XA_OK, "xa_open once the broker is back");
+  XID x = make_xid(unique("after-start"));
+  expect(sw().xa_start_entry(&x, 1, TMNOFLAGS), XA_OK, "xa_start");
+  send_on(1, queue, "after the broker started");
+  expect(sw().xa_end_entry(&x, 1, TMSUCCESS), XA_OK, "xa_end");
+  expect(sw().xa_prepare_entry(&x, 1, TMNOFLAGS), XA_OK, "xa_prepare");
+  expect(sw().xa_commit_entry(&x, 1, TMNOFLAGS), XA_OK, "xa_commit");
+  auto got = drain(queue);
+  check(got == std::vector<std::string>{"after the broker started"}, "the queue holds " + std::to_string(got.size()));
+  expect(close_rm(1), XA_OK, "xa_close");
 }
 
 std::string wait_line(const char* say) {
@@ -386,8 +468,10 @@ int main(int argc, char** argv) {
     else if (scenario == "unknown-xid") unknown_xid();
     else if (scenario == "recover-paging") recover_paging();
     else if (scenario == "same-xid") same_xid(arg(3));
-    else if (scenario == "prepare-and-die") prepare_and_die(arg(3), arg(4));
-    else if (scenario == "recover-and-commit") recover_and_commit(arg(3), arg(4));
+    else if (scenario == "prepare-and-die") prepare_and_die(arg(3), arg(4), std::atoi(arg(5).c_str()));
+    else if (scenario == "recover-and-commit") recover_and_commit(arg(3), arg(4), std::atoi(arg(5).c_str()));
+    else if (scenario == "legacy-trailer") legacy_trailer(arg(3));
+    else if (scenario == "open-before-broker") open_before_broker(arg(3));
     else if (scenario == "drop") drop();
     else if (scenario == "threads") threads(std::atoi(arg(3).c_str()), arg(4));
     else {

@@ -1,9 +1,16 @@
 /* The X/Open XA interface (XO/CAE/91/300) as Escrow implements it: the XID, the switch a
  * transaction manager loads (xa_switch_t), and every flag and return code with the values of the
  * specification, so that a manager compiled against any other xa.h can load escrow_xa_switch.
- * Plain C; usable from C and C++. */
+ * Plain C; usable from C and C++.
+ *
+ * For code without a transaction manager's xa.h. When a TM's xa.h was included first (it defines
+ * XIDDATASIZE, as every conforming one does), this header defines nothing: the declarations are
+ * the specification's either way. Included before a TM's xa.h, the two clash: include the TM's
+ * first. escrow/xa_switch.h needs neither (it compiles in any order). */
 #ifndef ESCROW_XA_H
 #define ESCROW_XA_H
+
+#ifndef XIDDATASIZE /* else a transaction manager's xa.h came first: its declarations stand */
 
 #ifdef __cplusplus
 extern "C" {
@@ -101,5 +108,7 @@ struct xa_switch_t {
 #ifdef __cplusplus
 }
 #endif
+
+#endif /* XIDDATASIZE */
 
 #endif /* ESCROW_XA_H */
