@@ -176,67 +176,80 @@ bool start_http(asio::io_context& io, const asio::any_io_executor& accepts, cons
   return true;
 }
 
-}  // namespace
+// Exit codes of run_server (docs/operations.md): 2 a bad configuration, 1 a failure to start.
+constexpr int kBadConfiguration = 2;
+constexpr int kCannotStart = 1;
 
-int run_server(const broker_config& config) {
+// Anonymous access (no users file) is for a broker only this host can reach: false (logged) when a
+// listener is elsewhere, or there is none.
+bool listeners_allowed(const broker_config& config) {
   if (config.listen.empty() && config.tls_listeners.empty()) {
     spdlog::critical("bad configuration: nothing to listen on (listen is empty and there is no [[tls-listener]])");
-    return 2;
+    return false;
   }
-  // Anonymous access (no users file) is for a broker only this host can reach.
-  if (config.users_file.empty()) {
-    std::vector<listen_address> all = config.listen;
-    for (const auto& t : config.tls_listeners) all.push_back(t.listen);
-    for (const auto& a : all) {
-      boost::system::error_code ec;
-      auto ip = asio::ip::make_address(a.host, ec);
-      if (ec || !ip.is_loopback()) {
-        spdlog::critical("bad configuration: the listener {}:{} is not on a loopback address and there is no "
-                         "[security] users-file: anonymous access is allowed only on loopback. Set users-file "
-                         "(docs/security.md) or listen on 127.0.0.1 or ::1",
-                         a.host, a.port);
-        return 2;
-      }
+  if (!config.users_file.empty()) return true;
+  std::vector<listen_address> all = config.listen;
+  for (const auto& t : config.tls_listeners) all.push_back(t.listen);
+  for (const auto& a : all) {
+    boost::system::error_code ec;
+    auto ip = asio::ip::make_address(a.host, ec);
+    if (ec || !ip.is_loopback()) {
+      spdlog::critical("bad configuration: the listener {}:{} is not on a loopback address and there is no "
+                       "[security] users-file: anonymous access is allowed only on loopback. Set users-file "
+                       "(docs/security.md) or listen on 127.0.0.1 or ::1",
+                       a.host, a.port);
+      return false;
     }
   }
-  std::shared_ptr<const users_table> users;
-  if (!config.users_file.empty()) {
-    auto table = std::make_shared<users_table>();
-    if (std::string err = load_users_file(config.users_file, *table); !err.empty()) {
-      spdlog::critical("bad users file: {}", err);
-      return 2;
-    }
-    spdlog::info("users file {}: {} users", config.users_file, table->by_name.size());
-    if (std::string warning = users_file_exposure(config.users_file); !warning.empty()) spdlog::warn("{}", warning);
-    users = std::move(table);
-  }
+  return true;
+}
 
-  // TLS files are loaded before anything else, so that a wrong path is reported at once. The
-  // contexts outlive the I/O context: sessions still queued in it at the end use them.
-  std::vector<std::unique_ptr<asio::ssl::context>> tls_contexts;
+// The users file, when one is named (null: anonymous). False (logged) when it cannot be read.
+bool load_users(const broker_config& config, std::shared_ptr<const users_table>& users) {
+  if (config.users_file.empty()) return true;
+  auto table = std::make_shared<users_table>();
+  if (std::string err = load_users_file(config.users_file, *table); !err.empty()) {
+    spdlog::critical("bad users file: {}", err);
+    return false;
+  }
+  spdlog::info("users file {}: {} users", config.users_file, table->by_name.size());
+  if (std::string warning = users_file_exposure(config.users_file); !warning.empty()) spdlog::warn("{}", warning);
+  users = std::move(table);
+  return true;
+}
+
+// One TLS context per [[tls-listener]], loaded before anything else so that a wrong path is
+// reported at once. False (logged) when one cannot be made.
+bool load_tls_contexts(const broker_config& config, std::vector<std::unique_ptr<asio::ssl::context>>& out) {
   for (const auto& listener : config.tls_listeners) {
     std::string error;
     auto context = make_server_tls_context(listener, &error);
     if (!context) {
       spdlog::critical("bad configuration: {}", error);
-      return 2;
+      return false;
     }
-    tls_contexts.push_back(std::move(context));
+    out.push_back(std::move(context));
   }
+  return true;
+}
 
-  // [http] token-file, read before the store is opened like the TLS files. Others should not
-  // read it: whoever has the token reads /metrics and /status.
-  std::vector<token_digest> http_tokens;
-  if (std::string err = load_http_token_file(config, http_tokens); !err.empty()) {
+// [http] token-file, read before the store is opened like the TLS files. Others should not read
+// it: whoever has the token reads /metrics and /status.
+bool load_http_tokens(const broker_config& config, std::vector<token_digest>& tokens) {
+  if (std::string err = load_http_token_file(config, tokens); !err.empty()) {
     spdlog::critical("bad configuration: {}", err);
-    return 2;
+    return false;
   }
   if (struct stat st {}; !config.http_token_file.empty() && ::stat(config.http_token_file.c_str(), &st) == 0 &&
                          (st.st_mode & S_IRWXO))
     spdlog::warn("http: the token file {} is open to others (mode {:04o}): anyone who reads it can read /metrics "
                  "and /status; chmod 0640 {} (owner root, group of escrowd) or 0600",
                  config.http_token_file, st.st_mode & 07777, config.http_token_file);
+  return true;
+}
 
+// Opens the store the configuration names; 0, or the exit code (logged).
+int open_store(const broker_config& config, std::unique_ptr<storage::store>& store) {
   storage::store_options options;
   options.path = config.data_dir;
   options.map_size = config.map_size;
@@ -249,24 +262,111 @@ int run_server(const broker_config& config) {
     std::string error;
     if (!storage::fault_plan::parse(faults, options.faults, error)) {
       spdlog::critical("bad ESCROW_FAULTS: {}", error);
-      return 2;
+      return kBadConfiguration;
     }
   }
-  std::unique_ptr<storage::store> store;
   if (storage::status s = storage::store::open(options, store); !s.ok()) {
     spdlog::critical("cannot start: {}", s.message());
-    return 1;
+    return kCannotStart;
   }
   warn_if_data_dir_open(config.data_dir);
+  return 0;
+}
 
-  // The committer thread keeps one core busy under load; the I/O pool (which also runs the core
-  // strand) gets the others. On this project's 2-core machines one I/O thread measured faster than
-  // two (docs/performance.md).
-  unsigned io_threads = config.io_threads;
-  if (io_threads == 0) {
-    unsigned cores = std::thread::hardware_concurrency();  // 0 when unknown
-    io_threads = cores > 2 ? cores - 1 : 1;
+// The committer thread keeps one core busy under load; the I/O pool (which also runs the core
+// strand) gets the others. On this project's 2-core machines one I/O thread measured faster than
+// two (docs/performance.md).
+unsigned io_threads_for(const broker_config& config) {
+  if (config.io_threads != 0) return config.io_threads;
+  unsigned cores = std::thread::hardware_concurrency();  // 0 when unknown
+  return cores > 2 ? cores - 1 : 1;
+}
+
+// Binds every listener (plain ones first: their "listening on" lines come first, tests read the
+// first one) and starts its accept loop on `accepts`; tells `http` and the core where they are.
+// False (logged) when one cannot bind.
+bool start_listeners(asio::io_context& io, const asio::any_io_executor& accepts, const broker_config& config,
+                     broker& core, session_registry& registry,
+                     const std::vector<std::unique_ptr<asio::ssl::context>>& tls_contexts, http_context& http,
+                     std::vector<std::unique_ptr<tcp::acceptor>>& acceptors) {
+  std::size_t listeners = config.listen.size() + config.tls_listeners.size();
+  for (std::size_t i = 0; i < listeners; ++i) {
+    bool tls = i >= config.listen.size();
+    const listen_address& address = tls ? config.tls_listeners[i - config.listen.size()].listen : config.listen[i];
+    asio::ssl::context* context = tls ? tls_contexts[i - config.listen.size()].get() : nullptr;
+    auto acceptor = open_acceptor(io, address);
+    if (!acceptor) return false;
+    auto bound = acceptor->local_endpoint();
+    std::string where = bound.address().to_string() + ":" + std::to_string(bound.port());
+    // Tests and scripts read this line to learn the port when 0 was asked for.
+    spdlog::info("listening on {}{}", where, tls ? " (tls)" : "");
+    asio::co_spawn(accepts, accept_loop(*acceptor, core, config, registry, context), asio::detached);
+    acceptors.push_back(std::move(acceptor));
+    http.listeners.push_back(tls ? where + " (tls)" : where);
   }
+  core.set_listeners(http.listeners);  // for `escrow status`
+  return true;
+}
+
+// SIGINT and SIGTERM stop gracefully: listeners, then connections (their deliveries return to
+// their queues), then the pool stops and the store is closed by run_server; each step is logged
+// (graceful_stop.h). The handler shares the accept loops' strand: an acceptor is not safe to close
+// on one thread while another starts an accept on it.
+void on_stop_signal(asio::signal_set& signals, const asio::any_io_executor& accepts, asio::io_context& io,
+                    broker& core, http_context& http, session_registry& registry,
+                    std::vector<std::unique_ptr<tcp::acceptor>>& acceptors) {
+  signals.async_wait(asio::bind_executor(accepts, [&](const boost::system::error_code& ec, int signal) {
+    if (ec) return;
+    stop_hooks hooks;
+    hooks.close_listeners = [&] {
+      http.listeners_up = false;
+      for (auto& a : acceptors) {
+        boost::system::error_code ignored;
+        a->close(ignored);
+      }
+      return acceptors.size();
+    };
+    hooks.close_connections = [&] { return registry.finish_all(); };
+    stop_gracefully(io, core, signal, std::move(hooks));
+  }));
+}
+
+// SIGHUP re-reads the configuration file and applies what can change at run time, every time.
+void on_hangup(asio::signal_set& hangups, const broker_config& config, broker& core, http_context& http) {
+  hangups.async_wait([&](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    reload_configuration(config, core, &http);
+    on_hangup(hangups, config, core, http);
+  });
+}
+
+// Closes the store while the I/O context still exists: its committer finishes what was submitted
+// and posts the completions into the stopped context, where they are dropped.
+void close_store(broker& core, std::unique_ptr<storage::store>& store) {
+  core.stop_store_readers();  // a read of the store must not outlive it
+  spdlog::info("stopping: closing the store (the committer finishes every write already submitted)");
+  bool writable = store->stats().writable;
+  store.reset();
+  if (writable)
+    spdlog::info("stopping: store closed cleanly");
+  else
+    spdlog::warn("stopping: store closed; it had refused writes since a failed commit (see above)");
+}
+
+}  // namespace
+
+int run_server(const broker_config& config) {
+  std::shared_ptr<const users_table> users;
+  // The TLS contexts outlive the I/O context: sessions still queued in it at the end use them.
+  std::vector<std::unique_ptr<asio::ssl::context>> tls_contexts;
+  std::vector<token_digest> http_tokens;
+  if (!listeners_allowed(config) || !load_users(config, users) || !load_tls_contexts(config, tls_contexts) ||
+      !load_http_tokens(config, http_tokens))
+    return kBadConfiguration;
+  std::unique_ptr<storage::store> store;
+  if (int code = open_store(config, store); code != 0) return code;
+
+  unsigned io_threads = io_threads_for(config);
   asio::io_context io(static_cast<int>(io_threads));
   // After the I/O context, so destroyed before it: the login threads join while the context the
   // checks answer to still exists.
@@ -287,71 +387,21 @@ int run_server(const broker_config& config) {
   core.use_authenticator(&auth);
   if (storage::status s = core.open(); !s.ok()) {
     spdlog::critical("cannot load the store: {}", s.message());
-    return 1;
+    return kCannotStart;
   }
 
   session_registry registry;
   http_context http(core);
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
   // Installed before anything says "ready": a SIGTERM right after that must stop us cleanly.
-  // The accept loops and the stop signal's handler, which closes their acceptors, share one strand:
-  // an acceptor is not safe to close on one thread while another starts an accept on it.
   asio::any_io_executor accepts = asio::make_strand(io);
   asio::signal_set signals(io, SIGINT, SIGTERM);
-  signals.async_wait(asio::bind_executor(accepts, [&](const boost::system::error_code& ec, int signal) {
-    if (ec) return;
-    // Listeners, then connections (their deliveries return to their queues), then the pool stops
-    // and the store is closed below; each step is logged (graceful_stop.h).
-    stop_hooks hooks;
-    hooks.close_listeners = [&] {
-      http.listeners_up = false;
-      for (auto& a : acceptors) {
-        boost::system::error_code ignored;
-        a->close(ignored);
-      }
-      return acceptors.size();
-    };
-    hooks.close_connections = [&] { return registry.finish_all(); };
-    stop_gracefully(io, core, signal, std::move(hooks));
-  }));
-
-  // SIGHUP re-reads the configuration file and applies what can change at run time.
+  on_stop_signal(signals, accepts, io, core, http, registry, acceptors);
   asio::signal_set hangups(io, SIGHUP);
-  std::function<void()> wait_for_hangup = [&] {
-    hangups.async_wait([&](const boost::system::error_code& ec, int) {
-      if (ec) return;
-      reload_configuration(config, core, &http);
-      wait_for_hangup();
-    });
-  };
-  wait_for_hangup();
-
-  // Plain listeners first: their "listening on" lines come first (tests read the first one).
-  for (const auto& address : config.listen) {
-    auto acceptor = open_acceptor(io, address);
-    if (!acceptor) return 1;
-    auto bound = acceptor->local_endpoint();
-    // Tests and scripts read this line to learn the port when 0 was asked for.
-    spdlog::info("listening on {}:{}", bound.address().to_string(), bound.port());
-    asio::co_spawn(accepts, accept_loop(*acceptor, core, config, registry, nullptr), asio::detached);
-    acceptors.push_back(std::move(acceptor));
-  }
-  for (std::size_t i = 0; i < config.tls_listeners.size(); ++i) {
-    auto acceptor = open_acceptor(io, config.tls_listeners[i].listen);
-    if (!acceptor) return 1;
-    auto bound = acceptor->local_endpoint();
-    spdlog::info("listening on {}:{} (tls)", bound.address().to_string(), bound.port());
-    asio::co_spawn(accepts, accept_loop(*acceptor, core, config, registry, tls_contexts[i].get()),
-                   asio::detached);
-    acceptors.push_back(std::move(acceptor));
-  }
-  for (const auto& a : acceptors) {
-    auto bound = a->local_endpoint();
-    http.listeners.push_back(bound.address().to_string() + ":" + std::to_string(bound.port()));
-  }
-  for (std::size_t i = 0; i < config.tls_listeners.size(); ++i) http.listeners[config.listen.size() + i] += " (tls)";
-  core.set_listeners(http.listeners);  // for `escrow status`
-  if (!start_http(io, accepts, config, http, std::move(http_tokens), acceptors)) return 1;
+  on_hangup(hangups, config, core, http);
+  if (!start_listeners(io, accepts, config, core, registry, tls_contexts, http, acceptors) ||
+      !start_http(io, accepts, config, http, std::move(http_tokens), acceptors))
+    return kCannotStart;
   http.listeners_up = true;
   spdlog::info("escrowd ready, data in {}", config.data_dir);
 
@@ -359,16 +409,7 @@ int run_server(const broker_config& config) {
   for (unsigned i = 1; i < io_threads; ++i) pool.emplace_back([&io] { io.run(); });
   io.run();
   for (auto& t : pool) t.join();
-  // Close the store while the I/O context still exists: its committer finishes what was submitted
-  // and posts the completions into the stopped context, where they are dropped.
-  core.stop_store_readers();  // a read of the store must not outlive it
-  spdlog::info("stopping: closing the store (the committer finishes every write already submitted)");
-  bool writable = store->stats().writable;
-  store.reset();
-  if (writable)
-    spdlog::info("stopping: store closed cleanly");
-  else
-    spdlog::warn("stopping: store closed; it had refused writes since a failed commit (see above)");
+  close_store(core, store);
   spdlog::info("stopped");
   return 0;
 }
