@@ -649,20 +649,6 @@ class Frame:
 _UNESCAPE = {b"\\r": b"\r", b"\\n": b"\n", b"\\c": b":", b"\\\\": b"\\"}
 
 
-def look(broker, stomp_client, q):
-    """The messages a fresh consumer finds in q, up to a sentinel, consuming none of them
-    (client-individual; only the sentinel is acknowledged, with a receipt)."""
-    p = stomp_client(broker)
-    c = stomp_client(broker)
-    before, _ = drain(c, q, p, ack="client-individual")
-    for m in c.messages:
-        if m.body.startswith("sentinel-"):
-            c.ack(m, receipt=True)
-    c.close()
-    p.close()
-    return before
-
-
 def _unescape(raw):
     return re.sub(rb"\\.", lambda m: _UNESCAPE.get(m.group(0), m.group(0)), raw)
 
@@ -840,3 +826,99 @@ def frame_bytes(command, headers=(), body=b""):
         body = body.encode()
     lines = [command] + [f"{k}:{v}" for k, v in headers]
     return ("\n".join(lines) + "\n\n").encode() + body + b"\0"
+
+
+# --------------------------------------------------------------------------------------------
+# Queues: naming, filling, looking, emptying
+# --------------------------------------------------------------------------------------------
+
+def queue(prefix="q"):
+    """A queue destination no other test uses: /queue/<prefix>-<random>."""
+    return f"/queue/{unique(prefix)}"
+
+
+def bodies(msgs):
+    """The bodies of python3-stomp messages or of the frames consume_all returns, in order."""
+    return [m.body for m in msgs]
+
+
+def preload(broker, q, payloads):
+    """Sends `payloads` (persistent) to q in one write on a raw connection of its own, only the last
+    with a receipt, and returns once it is answered: then every one is stored (a connection's sends
+    are stored in order). Fast enough for tens of thousands."""
+    *rest, last = payloads
+    s = RawStomp(broker.port)
+    try:
+        s.connect()
+        s.send(b"".join(frame_bytes("SEND", [("destination", q)], body) for body in rest) +
+               frame_bytes("SEND", [("destination", q), ("receipt", "preloaded")], last))
+        f = s.read_frame(timeout=8 * TIMEOUT)
+        assert (f.command, f.headers.get("receipt-id")) == ("RECEIPT", "preloaded"), f
+    finally:
+        s.close()
+
+
+def look(broker, stomp_client, q):
+    """The messages (python3-stomp frames) a fresh consumer finds in q, up to a sentinel, consuming
+    none of them: client-individual, only the sentinel is acknowledged (with a receipt), and the
+    connection then goes away, so everything else returns to q."""
+    p = stomp_client(broker)
+    c = stomp_client(broker)
+    before, _ = drain(c, q, p, ack="client-individual")
+    for m in c.messages:
+        if m.body.startswith("sentinel-"):
+            c.ack(m, receipt=True)
+    c.close()
+    p.close()
+    return before
+
+
+def consume_all(broker, destination, expected=0, timeout=None):
+    """Empties `destination`: every message a new auto-ack consumer of it gets, in order, up to a
+    sentinel sent after it subscribed and, with `expected`, after that many messages arrived (for
+    messages a timer or another connection puts there later: expiry, dead letters). Messages that
+    arrive after the sentinel, before the connection's DISCONNECT receipt, are consumed too and come
+    last. Returns them as Frames with text bodies (headers unescaped, as python3-stomp gives them)
+    once their removal is durable: auto-acknowledged removals are written behind the deliveries,
+    and the DISCONNECT receipt comes only once every earlier write of the connection is durable, so
+    a SIGKILL after consume_all cannot bring them back. A raw socket: python3-stomp takes too long
+    for 20,000 messages."""
+    deadline = time.monotonic() + (timeout or 8 * TIMEOUT)
+    sentinel = unique("sentinel")
+    s = RawStomp(broker.port)
+    got = []
+
+    def keep(f):
+        got.append(Frame(f.command, f.header_list, f.body.decode(), f.raw_header_lines))
+
+    def next_frame(what):
+        left = deadline - time.monotonic()
+        assert left > 0, f"{what} from {destination} did not come; {len(got)} messages so far"
+        f = s.read_frame(timeout=left)
+        assert f.command != "ERROR", f"{destination}: {f}"
+        return f
+
+    try:
+        s.connect()
+        s.send(frame_bytes("SUBSCRIBE", [("destination", destination), ("id", "all"), ("ack", "auto")]))
+        while len(got) < expected:
+            f = next_frame(f"message {len(got) + 1} of {expected}")
+            if f.command == "MESSAGE":
+                keep(f)
+        s.send(frame_bytes("SEND", [("destination", destination), ("persistent", "false")], sentinel))
+        while True:
+            f = next_frame("the sentinel")
+            if f.command == "MESSAGE":
+                if f.body == sentinel.encode():
+                    break
+                keep(f)
+        s.send(frame_bytes("DISCONNECT", [("receipt", "drained")]))
+        while True:
+            f = next_frame("the DISCONNECT receipt")
+            if f.command == "RECEIPT" and f.headers.get("receipt-id") == "drained":
+                break
+            if f.command == "MESSAGE":
+                keep(f)
+    finally:
+        s.close()
+    return got

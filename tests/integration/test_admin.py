@@ -7,14 +7,13 @@ and, where it matters, its table; then checks through STOMP that the broker did 
 import json
 import os
 import re
-import socket
 import subprocess
 import threading
 import time
 
 import pytest
 
-from conftest import TIMEOUT, check_store, drain, frame_bytes, new_xid, tool, unique
+from conftest import TIMEOUT, bodies, check_store, consume_all, frame_bytes, new_xid, preload, tool, unique
 from pg import free_port
 from test_tls import certs, listener, tls_config, tls_ports  # noqa: F401  (certs: the fixture)
 from test_undelivered import settings
@@ -61,18 +60,6 @@ def queue_row(broker, name):
     rows = [q for q in ok_json(broker, "queues")["queues"] if q["name"] == name]
     assert len(rows) == 1, rows
     return rows[0]
-
-
-def bodies(msgs):
-    return [m.body for m in msgs]
-
-
-def contents(broker, stomp_client, destination):
-    """Consumes what a fresh consumer finds in `destination` (up to a sentinel); returns bodies."""
-    p = stomp_client(broker)
-    c = stomp_client(broker)
-    before, _ = drain(c, destination, p)
-    return bodies(before)
 
 
 # --------------------------------------------------------------------------------------------
@@ -141,7 +128,7 @@ def test_browse_leaves_the_queue_unchanged(broker, stomp_client):
     assert "body-4" in text and text.splitlines()[0].split()[0] == "ID"
     assert queue_row(broker, q)["depth"] == 5
     # Consumers get every message, first delivery, in order.
-    got = contents(broker, stomp_client, f"/queue/{q}")
+    got = bodies(consume_all(broker, f"/queue/{q}"))
     assert got == [f"body-{i}" for i in range(5)]
 
 
@@ -212,7 +199,7 @@ def test_purge_asks_refuses_without_a_terminal_and_leaves_in_flight_messages(bro
     assert ok_json(broker, "browse", q)["messages"][0]["state"] == "held"
     # The message in flight was not purged: not acknowledged, it comes back.
     holder.drop()
-    assert contents(broker, stomp_client, f"/queue/{q}") == ["m0"]
+    assert bodies(consume_all(broker, f"/queue/{q}")) == ["m0"]
     assert "purged 0 messages" in ok_text(broker, "purge", "--yes", q)
     assert escrow(broker, "purge", "--yes", "no-such-queue").returncode == 4
 
@@ -250,13 +237,13 @@ def test_move_dead_letters_back_with_a_filter(broker_factory, stomp_client):
     back = ok_json(broker, "browse", qa)["messages"]
     assert [m["body"] for m in back] == ["a1", "a2"]
     assert all(m["delivery_count"] == 0 and not any(h.startswith("_HQ_") for h in m["headers"]) for m in back)
-    assert contents(broker, stomp_client, f"/queue/{qa}") == ["a1", "a2"]
+    assert bodies(consume_all(broker, f"/queue/{qa}")) == ["a1", "a2"]
 
     # A filter by bare name works too; the human answer says what happened.
     assert f"moved 1 message from DLQ to /queue/{qb}" in ok_text(broker, "move", "--from", "DLQ", "--to", qb,
                                                                    "--filter", qb)
     assert queue_row(broker, "DLQ")["depth"] == 0
-    assert contents(broker, stomp_client, f"/queue/{qb}") == ["b1"]
+    assert bodies(consume_all(broker, f"/queue/{qb}")) == ["b1"]
     assert escrow(broker, "move", "--from", "no-such-dlq", "--to", qa).returncode == 4
     assert escrow(broker, "move", "--from", "DLQ").returncode == 2  # --to missing: usage
 
@@ -283,9 +270,9 @@ def test_move_and_purge_answered_survive_sigkill(broker, stomp_client):
     broker.kill9()
     broker.start()
 
-    assert contents(broker, stomp_client, f"/queue/{dst}") == ["already", "s1", "s2", "s3", "s4"]
-    assert contents(broker, stomp_client, f"/queue/{pq}") == []
-    assert contents(broker, stomp_client, f"/queue/{src}") == ["s0"]  # held: not moved, redelivered
+    assert bodies(consume_all(broker, f"/queue/{dst}")) == ["already", "s1", "s2", "s3", "s4"]
+    assert bodies(consume_all(broker, f"/queue/{pq}")) == []
+    assert bodies(consume_all(broker, f"/queue/{src}")) == ["s0"]  # held: not moved, redelivered
 
 
 # --------------------------------------------------------------------------------------------
@@ -296,62 +283,11 @@ def test_move_and_purge_answered_survive_sigkill(broker, stomp_client):
 SLICE = 1000  # kSweepSlice in broker/admin_messages.cpp: stored entries per slice
 
 
-def fill(raw, broker, destination, bodies):
-    """Sends `bodies` (persistent) to `destination` in one write on a raw connection, only the last
-    with a receipt: once it is answered, every one is stored (a connection's sends are stored in
-    order)."""
-    s = raw(broker)
-    s.connect()
-    *rest, last = bodies
-    s.send(b"".join(frame_bytes("SEND", [("destination", destination)], b) for b in rest) +
-           frame_bytes("SEND", [("destination", destination), ("receipt", "filled")], last))
-    f = s.read_frame(timeout=8 * TIMEOUT)
-    assert (f.command, f.headers.get("receipt-id")) == ("RECEIPT", "filled"), f
-    s.close()
-
-
-def consume_all(broker, destination):
-    """The bodies of every message a new auto-ack consumer of `destination` gets, in order, up to a
-    sentinel sent after it subscribed; it returns once their removal is durable. A raw socket:
-    python3-stomp takes too long for 20,000."""
-    sentinel = unique("sentinel").encode()
-    with socket.create_connection(broker.address, timeout=TIMEOUT) as sock:
-        sock.sendall(frame_bytes("CONNECT", [("accept-version", "1.2"), ("host", "localhost")]) +
-                     frame_bytes("SUBSCRIBE", [("destination", destination), ("id", "all"), ("ack", "auto")]) +
-                     frame_bytes("SEND", [("destination", destination), ("persistent", "false")], sentinel))
-        data = bytearray()
-        deadline = time.monotonic() + 8 * TIMEOUT
-        while b"\n\n" + sentinel + b"\0" not in data:
-            assert time.monotonic() < deadline, f"no sentinel from {destination} after {len(data)} bytes"
-            chunk = sock.recv(1 << 20)
-            assert chunk, f"the broker closed the connection: {bytes(data[-300:])!r}"
-            data += chunk
-        # Auto-acknowledged removals are written behind the deliveries; the DISCONNECT receipt
-        # comes only once every earlier write of the connection is durable, so a SIGKILL after
-        # consume_all cannot bring the consumed messages back.
-        sock.sendall(frame_bytes("DISCONNECT", [("receipt", "drained")]))
-        while b"receipt-id:drained" not in data:
-            assert time.monotonic() < deadline, f"no DISCONNECT receipt from {destination}"
-            chunk = sock.recv(1 << 20)
-            assert chunk, f"the broker closed the connection before the receipt: {bytes(data[-300:])!r}"
-            data += chunk
-    out = []
-    for raw_frame in bytes(data).split(b"\0"):
-        head, _, body = raw_frame.lstrip(b"\r\n").partition(b"\n\n")
-        if not head.startswith(b"MESSAGE"):
-            assert not head.startswith(b"ERROR"), raw_frame
-            continue
-        if body == sentinel:
-            return out
-        out.append(body.decode())
-    raise AssertionError("sentinel not parsed")
-
-
-def test_purge_and_move_of_a_large_queue_account_for_every_message_after_sigkill(broker, stomp_client, raw):
+def test_purge_and_move_of_a_large_queue_account_for_every_message_after_sigkill(broker, stomp_client):
     n = 20 * SLICE
     src, dst, pq = unique("big-from"), unique("big-to"), unique("big-pg")
-    fill(raw, broker, f"/queue/{src}", [f"s{i}" for i in range(n)])
-    fill(raw, broker, f"/queue/{pq}", [f"p{i}" for i in range(n)])
+    preload(broker, f"/queue/{src}", [f"s{i}" for i in range(n)])
+    preload(broker, f"/queue/{pq}", [f"p{i}" for i in range(n)])
     # One message in flight to a consumer: held, neither moved nor purged.
     holder = stomp_client(broker)
     sub = holder.subscribe(f"/queue/{src}", ack="client-individual", headers={"prefetch-count": "1"})
@@ -369,9 +305,9 @@ def test_purge_and_move_of_a_large_queue_account_for_every_message_after_sigkill
     broker.kill9()
     check_store(broker.data_dir)
     broker.start()
-    assert consume_all(broker, f"/queue/{dst}") == [f"s{i}" for i in range(1, n)]
-    assert consume_all(broker, f"/queue/{pq}") == []
-    assert consume_all(broker, f"/queue/{src}") == ["s0"]  # held: not moved, redelivered
+    assert bodies(consume_all(broker, f"/queue/{dst}")) == [f"s{i}" for i in range(1, n)]
+    assert bodies(consume_all(broker, f"/queue/{pq}")) == []
+    assert bodies(consume_all(broker, f"/queue/{src}")) == ["s0"]  # held: not moved, redelivered
     broker.kill9()
     check_store(broker.data_dir)
 
@@ -379,7 +315,7 @@ def test_purge_and_move_of_a_large_queue_account_for_every_message_after_sigkill
 def test_a_second_purge_or_move_of_a_queue_is_refused_while_one_runs(broker, raw):
     q = unique("busy")
     n = 5 * SLICE
-    fill(raw, broker, f"/queue/{q}", [f"m{i}" for i in range(n)])
+    preload(broker, f"/queue/{q}", [f"m{i}" for i in range(n)])
     # Three ADMIN frames in one write: the second and third arrive while the first purge has
     # stored at most its first slice of five.
     s = raw(broker)
@@ -404,12 +340,12 @@ def test_a_second_purge_or_move_of_a_queue_is_refused_while_one_runs(broker, raw
     assert ok_json(broker, "purge", q, "--yes")["purged"] == 0
 
 
-def test_a_producer_gets_its_receipts_during_a_purge_of_a_large_queue(broker, stomp_client, raw):
+def test_a_producer_gets_its_receipts_during_a_purge_of_a_large_queue(broker, stomp_client):
     # The purge runs a slice per core turn: the producer's SENDs are handled between slices. The
     # longest gap between its receipts is printed, not asserted (speed is for scripts/bench-sweep).
     q = unique("stall")
     n = 50 * SLICE
-    fill(raw, broker, f"/queue/{q}", [f"old{i}" for i in range(n)])
+    preload(broker, f"/queue/{q}", [f"old{i}" for i in range(n)])
     producer = stomp_client(broker)
     sent, receipted_at = [], []
     stop = threading.Event()
@@ -446,18 +382,18 @@ def test_a_producer_gets_its_receipts_during_a_purge_of_a_large_queue(broker, st
     assert len(times) > 0, "no receipt at all while the purge ran"
     # Every message is accounted for: the old ones and the producer's first k are purged (sent
     # before the purge began), the rest of the producer's stay, in order.
-    left = consume_all(broker, f"/queue/{q}")
+    left = bodies(consume_all(broker, f"/queue/{q}"))
     k = len(sent) - len(left)
     assert left == sent[k:], left[:5]
     assert (answer["purged"], answer["held_left"], answer["complete"]) == (n + k, 0, True), (answer, k)
     check_store(broker.data_dir)
 
 
-def test_a_refused_slice_stops_the_purge_and_loses_or_hides_nothing(broker_factory, raw):
+def test_a_refused_slice_stops_the_purge_and_loses_or_hides_nothing(broker_factory):
     broker = broker_factory()
     q = unique("refused")
     n = 5 * SLICE
-    fill(raw, broker, f"/queue/{q}", [f"m{i}" for i in range(n)])
+    preload(broker, f"/queue/{q}", [f"m{i}" for i in range(n)])
     # From the restart on, the store refuses its third commit as if the map were full: the purge's
     # slices are the only writes, so one of its first three slices is refused.
     broker.restart(env={"ESCROW_FAULTS": "commit:3:map_full"})
@@ -472,12 +408,12 @@ def test_a_refused_slice_stops_the_purge_and_loses_or_hides_nothing(broker_facto
     assert "Nothing of the refused slice was purged" in r.stderr and "purge again" in r.stderr
     # Nothing of the refused slice is lost or hidden: without a restart, a consumer gets the rest.
     assert queue_row(broker, q)["depth"] == n - done
-    assert consume_all(broker, f"/queue/{q}") == [f"m{i}" for i in range(done, n)]
+    assert bodies(consume_all(broker, f"/queue/{q}")) == [f"m{i}" for i in range(done, n)]
     check_store(broker.data_dir)
     broker.kill9()
     check_store(broker.data_dir)
     broker.restart(env={})
-    assert consume_all(broker, f"/queue/{q}") == []
+    assert bodies(consume_all(broker, f"/queue/{q}")) == []
 
 
 # --------------------------------------------------------------------------------------------
@@ -531,8 +467,8 @@ def test_xa_list_and_heuristic_commit_then_the_managers_commit_gets_heurcom(brok
     assert "heuristic" in r.stderr and "XA_HEURCOM" in r.stderr  # the warning
     (b,) = [b for b in ok_json(broker, "xa", "list")["branches"] if b["xid"] == x]
     assert b["state"] == "heuristically committed"
-    assert contents(broker, stomp_client, qout) == ["confirmation-1"]
-    assert contents(broker, stomp_client, qin) == []
+    assert bodies(consume_all(broker, qout)) == ["confirmation-1"]
+    assert bodies(consume_all(broker, qin)) == []
 
     # The manager comes back and commits: it learns what the operator did.
     assert tm.xa("COMMIT", x).result == "XA_HEURCOM"
@@ -559,8 +495,8 @@ def test_heuristic_rollback_then_the_managers_commit_gets_heurrb_and_it_forgets(
     assert tm.xa("FORGET", x).result == "XA_OK"  # the manager forgets
     assert [b for b in ok_json(broker, "xa", "list")["branches"] if b["xid"] == x] == []
     # Rolled back: the send vanished, the consumed order is back.
-    assert contents(broker, stomp_client, qout) == []
-    assert contents(broker, stomp_client, qin) == ["order-1"]
+    assert bodies(consume_all(broker, qout)) == []
+    assert bodies(consume_all(broker, qin)) == ["order-1"]
 
 
 def test_heuristic_decision_refused_for_a_branch_that_is_not_prepared(broker, stomp_client):
@@ -600,7 +536,7 @@ def test_backup_is_a_copy_another_escrowd_serves(broker_factory, stomp_client, t
 
     for copy in (target, compacted):
         second = broker_factory(data_dir=copy)
-        assert contents(second, stomp_client, f"/queue/{q}") == [f"kept-{i}" for i in range(3)]
+        assert bodies(consume_all(second, f"/queue/{q}")) == [f"kept-{i}" for i in range(3)]
         second.terminate()
     # The original still has them too.
     assert queue_row(broker, q)["depth"] == 3

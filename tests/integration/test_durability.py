@@ -6,11 +6,7 @@ import time
 
 import pytest
 
-from conftest import TIMEOUT, check_store, drain, frame_bytes, unique
-
-
-def bodies(msgs):
-    return [m.body for m in msgs]
+from conftest import TIMEOUT, bodies, check_store, drain, frame_bytes, unique
 
 
 def send_with_receipt_window(client, destination, payloads, window=64, headers=None):

@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from conftest import SLOW, TIMEOUT, check_store, drain, frame_bytes, look, new_xid, tool, unique
+from conftest import SLOW, TIMEOUT, bodies, check_store, drain, frame_bytes, look, new_xid, tool, unique
 
 ESCROW = tool("cli/escrow", "ESCROW_CLI")
 
@@ -46,10 +46,6 @@ def faulty_broker(broker_factory, stomp_client, spec, config=None):
         assert time.monotonic() < deadline, "the start-up commit did not happen:\n" + b.log
         time.sleep(0.01)
     return b
-
-
-def bodies(msgs):
-    return [m.body for m in msgs]
 
 
 def outcome(client, rid, timeout=None):

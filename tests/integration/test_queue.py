@@ -6,15 +6,7 @@ import time
 
 import pytest
 
-from conftest import TIMEOUT, assert_escaped, drain, frame_bytes, unique
-
-
-def queue():
-    return f"/queue/{unique('q')}"
-
-
-def bodies(msgs):
-    return [m.body for m in msgs]
+from conftest import TIMEOUT, assert_escaped, bodies, drain, frame_bytes, queue, unique
 
 
 def sentinels_to_each(producer, q, consumers, most=20):

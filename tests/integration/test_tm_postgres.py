@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import SLOW, tool, unique
+from conftest import SLOW, consume_all, tool, unique
 from pg import free_port, postgres  # noqa: F401  (postgres: the session fixture)
 
 
@@ -148,16 +148,6 @@ class Setup:
         return [row[0] for row in self.sql("SELECT id FROM orders ORDER BY id")]
 
 
-def consume_all(client, destination, settle=1.0):
-    """Every message left in `destination` (auto ack), waiting until none came for `settle` s."""
-    client.subscribe(destination, ack="auto")
-    seen = -1
-    while len(client.messages) != seen:
-        seen = len(client.messages)
-        time.sleep(settle * SLOW)
-    return [m for m in client.messages if m.headers.get("destination") == destination]
-
-
 def status(line_prefix, lines):
     for line in lines:
         if line.startswith(line_prefix):
@@ -173,13 +163,13 @@ def check_exactly_once(s, client_factory, expected_ids):
     rows = s.rows()
     assert len(rows) == len(set(rows)) == len(expected_ids), f"{len(rows)} rows for {len(expected_ids)} orders"
     assert set(rows) == set(expected_ids), f"missing rows: {sorted(set(expected_ids) - set(rows))[:10]}"
-    confirmations = consume_all(c, s.output)
+    confirmations = consume_all(s.broker, s.output)
     ids = [m.headers.get("order-id") for m in confirmations]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     assert not duplicates, f"confirmed twice: {duplicates[:10]}"
     assert set(ids) == set(expected_ids), \
         f"{len(ids)} confirmations; missing {sorted(set(expected_ids) - set(ids))[:10]}"
-    left = consume_all(client_factory(s.broker), s.input, settle=0.5)
+    left = consume_all(s.broker, s.input)
     assert left == [], f"{len(left)} orders left in {s.input}"
     assert "DUPLICATE" not in s.tm_log()
 
@@ -198,7 +188,7 @@ def test_one_phase_commit_when_only_escrow_works(setup, stomp_client):
     assert status("finished", out) == {"committed": "20", "rolled_back": "0"}, out
     assert setup.log.stat().st_size == 0, "a one-phase commit wrote to the decision log"
     c = stomp_client(setup.broker)
-    assert len(consume_all(c, setup.output)) == 20
+    assert len(consume_all(setup.broker, setup.output)) == 20
     assert setup.escrow_prepared(c) == []
 
 

@@ -4,15 +4,11 @@ UNSUBSCRIBE with the durable name deletes them."""
 
 import pytest
 
-from conftest import unique
+from conftest import bodies, unique
 
 
 def topic():
     return f"/topic/{unique('t')}"
-
-
-def bodies(msgs):
-    return [m.body for m in msgs]
 
 
 def test_every_subscription_gets_a_copy(broker, stomp_client):

@@ -4,15 +4,7 @@ until COMMIT releases them or ABORT (or the connection going away) rolls them ba
 
 import pytest
 
-from conftest import TIMEOUT, drain, new_xid, unique, xa
-
-
-def queue():
-    return f"/queue/{unique('tx')}"
-
-
-def bodies(msgs):
-    return [m.body for m in msgs]
+from conftest import TIMEOUT, bodies, drain, new_xid, queue, unique, xa
 
 
 def error_text(frame):

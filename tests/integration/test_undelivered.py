@@ -10,7 +10,7 @@ import time
 import pytest
 import stomp
 
-from conftest import SLOW, TIMEOUT, unique
+from conftest import SLOW, TIMEOUT, consume_all, unique
 from test_config import run_escrowd
 
 FAST_REAPER = "[delivery]\nmessage-expiry-scan-period = 100\n"
@@ -47,15 +47,6 @@ class Timed(stomp.ConnectionListener):
     def on_message(self, frame):
         with self.lock:
             self.arrivals.append((time.monotonic(), frame))
-
-
-def consume_all(client, destination, expected, timeout=None):
-    """Subscribes (client-individual), waits for `expected` messages, acks them and returns them."""
-    sub = client.subscribe(destination, ack="client-individual")
-    msgs = client.wait_messages(expected, timeout=timeout, subscription=sub)
-    for m in msgs:
-        client.ack(m, receipt=True)
-    return msgs
 
 
 def assert_empty(client, destination):
@@ -117,9 +108,7 @@ def test_the_most_specific_match_wins_key_by_key(broker_factory, stomp_client):
         sub = c.subscribe(f"/queue/{name}", ack="client-individual")
         nack_until(c, sub, attempts)
         c.unsubscribe(sub)
-        d = stomp_client(b)
-        msgs = consume_all(d, f"/queue/{dla}", 1)
-        d.close()
+        msgs = consume_all(b, f"/queue/{dla}", 1)
         assert msgs[-1].body == f"to {name}"
         assert msgs[-1].headers["_HQ_ORIG_DELIVERY_COUNT"] == str(attempts)
     c.close()
@@ -134,7 +123,7 @@ def test_reaper_moves_an_expired_message_to_the_expiry_address(broker_factory, s
     expires = int(time.time() * 1000) + 300
     c.send(f"/queue/{q}", "short-lived", headers={"expires": str(expires), "color": "red", "priority": "7"})
     c.send(f"/queue/{q}", "forever")
-    msgs = consume_all(c, "/queue/ExpiryQueue", 1)
+    msgs = consume_all(b, "/queue/ExpiryQueue", 1)
     m = msgs[0]
     assert m.body == "short-lived"
     assert m.headers["_HQ_ORIG_ADDRESS"] == f"/queue/{q}"
@@ -145,7 +134,7 @@ def test_reaper_moves_an_expired_message_to_the_expiry_address(broker_factory, s
     assert m.headers["color"] == "red" and m.headers["priority"] == "7"
     assert "expires" not in m.headers or m.headers["expires"] in ("0", str(expires))
     # The reaper did it: no consumer ever looked at the queue. The other message is still there.
-    got = consume_all(c, f"/queue/{q}", 1)
+    got = consume_all(b, f"/queue/{q}", 1)
     assert [x.body for x in got] == ["forever"]
     c.close()
 
@@ -160,11 +149,11 @@ def test_a_pass_larger_than_one_turn_moves_every_expired_message_once(broker_fac
     c.send(f"/queue/{q}", "stays")
     for rid in pending:
         c.wait_receipt(rid)
-    moved = consume_all(c, "/queue/ExpiryQueue", 600, timeout=2 * TIMEOUT)
+    moved = consume_all(b, "/queue/ExpiryQueue", 600, timeout=2 * TIMEOUT)
+    # Each once: consume_all takes everything up to a sentinel, so a second move would be in `moved`.
     assert sorted(m.body for m in moved) == sorted(f"e{i}" for i in range(600))
     assert "expiry reaper: 600 messages expired" in b.log
-    assert [m.body for m in consume_all(c, f"/queue/{q}", 1)] == ["stays"]
-    c.settle(601)  # nothing moved twice
+    assert [m.body for m in consume_all(b, f"/queue/{q}", 1)] == ["stays"]
     c.close()
 
 
@@ -189,11 +178,10 @@ def test_an_expired_message_is_never_delivered_even_with_the_reaper_off(broker_f
     c.send(f"/queue/{q}", "stale", headers={"expires": str(int(time.time() * 1000) + 200)})
     c.send(f"/queue/{q}", "fresh")
     time.sleep(0.5)
-    got = consume_all(c, f"/queue/{q}", 1)
-    assert [m.body for m in got] == ["fresh"]
-    c.settle(1)  # "stale" never arrives
+    got = consume_all(b, f"/queue/{q}", 1)
+    assert [m.body for m in got] == ["fresh"]  # up to a sentinel: "stale" never arrives
     # The delivery path moved it to the expiry address instead.
-    moved = consume_all(c, "/queue/ExpiryQueue", 1)
+    moved = consume_all(b, "/queue/ExpiryQueue", 1)
     assert moved[0].body == "stale" and moved[0].headers["_HQ_REASON"] == "expired"
     c.close()
 
@@ -204,10 +192,10 @@ def test_expiry_delay_gives_a_default_time_to_live(broker_factory, stomp_client)
     c.send("/queue/ttl.short", "aged")
     c.send("/queue/ttl.short", "kept", headers={"expires": str(int(time.time() * 1000) + 600_000)})
     c.send("/queue/other", "untouched")
-    moved = consume_all(c, "/queue/ExpiryQueue", 1)
+    moved = consume_all(b, "/queue/ExpiryQueue", 1)
     assert moved[0].body == "aged"
-    assert [m.body for m in consume_all(c, "/queue/ttl.short", 1)] == ["kept"]
-    assert [m.body for m in consume_all(c, "/queue/other", 1)] == ["untouched"]
+    assert [m.body for m in consume_all(b, "/queue/ttl.short", 1)] == ["kept"]
+    assert [m.body for m in consume_all(b, "/queue/other", 1)] == ["untouched"]
     c.close()
 
 
@@ -220,7 +208,7 @@ def test_a_message_in_flight_is_not_expired_under_its_consumer(broker_factory, s
     m = c.wait_messages(1, subscription=sub)[0]
     time.sleep(0.6)  # past its expiry, several reaper passes
     c.nack(m, receipt=True)  # back in the queue, expired: to the expiry address, not redelivered
-    moved = consume_all(c, "/queue/ExpiryQueue", 1)
+    moved = consume_all(b, "/queue/ExpiryQueue", 1)
     assert moved[0].body == "held"
     assert len([x for x in c.messages if x.headers.get("subscription") == sub]) == 1
     c.close()
@@ -237,7 +225,7 @@ def test_a_message_consumed_in_an_open_transaction_expires_only_after_rollback(b
     c.ack(m, transaction="tx1")
     time.sleep(0.6)
     c.abort("tx1")
-    moved = consume_all(c, "/queue/ExpiryQueue", 1)
+    moved = consume_all(b, "/queue/ExpiryQueue", 1)
     assert moved[0].body == "in-branch"
     c.close()
 
@@ -329,13 +317,11 @@ def test_topic_subscriptions_take_the_settings_of_their_topic(broker_factory, st
                       headers={"durable-subscription-name": "watcher"})
     c.send("/topic/prices.eu", "tick")
     nack_until(c, sub, 2)
-    d = stomp_client(b)
-    dead = consume_all(d, "/queue/prices.DLQ", 1)[0]
+    dead = consume_all(b, "/queue/prices.DLQ", 1)[0]
     assert dead.body == "tick"
     assert dead.headers["_HQ_ORIG_ADDRESS"] == "/topic/prices.eu"
     assert dead.headers["_HQ_ORIG_QUEUE"].endswith(".watcher")
     c.close()
-    d.close()
 
 
 def test_a_delayed_message_does_not_block_its_queue(broker_factory, stomp_client):
@@ -370,8 +356,7 @@ def test_dead_lettered_after_exactly_n_attempts(broker_factory, stomp_client, at
     c.send(f"/queue/{q}", "poison", headers={"kind": "bad"})
     seen = nack_until(c, sub, attempts)
     assert [int(m.headers["delivery-count"]) for m in seen] == list(range(1, attempts + 1))
-    d = stomp_client(b)
-    dead = consume_all(d, "/queue/DLQ", 1)[0]
+    dead = consume_all(b, "/queue/DLQ", 1)[0]
     c.settle(attempts, subscription=sub)  # no delivery after the last attempt (nor after the move)
     assert dead.body == "poison" and dead.headers["kind"] == "bad"
     assert dead.headers["_HQ_ORIG_ADDRESS"] == f"/queue/{q}"
@@ -381,7 +366,6 @@ def test_dead_lettered_after_exactly_n_attempts(broker_factory, stomp_client, at
     assert dead.headers["_HQ_ORIG_MESSAGE_ID"] == seen[0].headers["message-id"]
     assert dead.headers["redelivered"] == "false"
     c.close()
-    d.close()
 
 
 def test_minus_one_never_dead_letters(broker_factory, stomp_client):
@@ -423,10 +407,8 @@ def test_rollback_and_disconnect_count_as_failed_deliveries(broker_factory, stom
     m = c.wait_messages(2, subscription=sub)[1]
     assert m.headers["delivery-count"] == "2"
     c.drop()
-    d = stomp_client(b)
-    dead = consume_all(d, "/queue/DLQ", 1)[0]
+    dead = consume_all(b, "/queue/DLQ", 1)[0]
     assert dead.body == "twice" and dead.headers["_HQ_ORIG_DELIVERY_COUNT"] == "2"
-    d.close()
 
 
 # -- restarts ------------------------------------------------------------------------------------
@@ -443,8 +425,7 @@ def test_delivery_count_across_sigkill(broker_factory, stomp_client, persist_fir
     assert first.headers["redelivered"] == "false" and first.headers["delivery-count"] == "1"
     b.kill9()
     b.start()
-    d = stomp_client(b)
-    again = consume_all(d, f"/queue/{q}", 1)[0]
+    again = consume_all(b, f"/queue/{q}", 1)[0]
     if persist_first:
         # The count was durable before the first delivery: the broker knows it was delivered.
         assert again.headers["redelivered"] == "true" and again.headers["delivery-count"] == "2"
@@ -452,7 +433,6 @@ def test_delivery_count_across_sigkill(broker_factory, stomp_client, persist_fir
         # The seed's weaker default: a delivery that was never acknowledged nor returned before
         # the crash is not known after it.
         assert again.headers["redelivered"] == "false" and again.headers["delivery-count"] == "1"
-    d.close()
 
 
 def test_nacked_count_survives_sigkill_and_still_dead_letters_on_time(broker_factory, stomp_client):
@@ -469,7 +449,7 @@ def test_nacked_count_survives_sigkill_and_still_dead_letters_on_time(broker_fac
     m = d.wait_messages(1, subscription=sub)[0]
     assert m.headers["delivery-count"] == "3" and m.headers["redelivered"] == "true"
     d.nack(m, receipt=True)
-    dead = consume_all(d, "/queue/DLQ", 1)[0]
+    dead = consume_all(b, "/queue/DLQ", 1)[0]
     assert dead.body == "count-me" and dead.headers["_HQ_ORIG_DELIVERY_COUNT"] == "3"
     d.close()
 
@@ -492,8 +472,8 @@ def test_expired_and_dead_lettered_messages_survive_a_restart(broker_factory, st
     b.kill9()
     b.start()
     d = stomp_client(b)
-    assert [m.body for m in consume_all(d, "/queue/ExpiryQueue", 1)] == ["expired-one"]
-    assert [m.body for m in consume_all(d, "/queue/DLQ", 1)] == ["dead-one"]
+    assert [m.body for m in consume_all(b, "/queue/ExpiryQueue", 1)] == ["expired-one"]
+    assert [m.body for m in consume_all(b, "/queue/DLQ", 1)] == ["dead-one"]
     assert_empty(d, "/queue/survive")
     assert_empty(d, "/queue/survive.exp")
     d.close()

@@ -7,17 +7,10 @@ import time
 
 import pytest
 
-from conftest import SLOW, TIMEOUT, drain, frame_bytes, new_xid, unique
+from conftest import SLOW, TIMEOUT, bodies, consume_all, frame_bytes, look, new_xid, preload, queue, unique
 
 RB_CODES = {"XA_RBROLLBACK", "XA_RBCOMMFAIL", "XA_RBDEADLOCK", "XA_RBINTEGRITY", "XA_RBOTHER",
             "XA_RBPROTO", "XA_RBTIMEOUT", "XA_RBTRANSIENT"}
-
-def queue():
-    return f"/queue/{unique('xa')}"
-
-
-def bodies(msgs):
-    return [m.body for m in msgs]
 
 
 def call(c, verb, xid=None, flags=None, **headers):
@@ -72,34 +65,6 @@ def wait_states(c, wanted, timeout=None):
         time.sleep(0.05)
 
 
-def contents(broker, stomp_client, q, ack="auto"):
-    """What a fresh consumer finds in queue q (FIFO, up to a sentinel)."""
-    p = stomp_client(broker)
-    c = stomp_client(broker)
-    before, _ = drain(c, q, p, ack=ack)
-    if ack != "auto":
-        for m in c.messages:  # the sentinel is consumed; everything before it returns
-            if m.body.startswith("sentinel-"):
-                c.ack(m, receipt=True)
-    c.close()
-    p.close()
-    return before
-
-
-def held(broker, stomp_client, q):
-    """Asserts nobody gets anything from q now (a consumer and a sentinel), consuming nothing
-    durable: client-individual mode, the connection then goes away."""
-    before = contents(broker, stomp_client, q, ack="client-individual")
-    return bodies(before)
-
-
-def preload(broker, stomp_client, q, payloads):
-    p = stomp_client(broker)
-    for body in payloads:
-        p.send(q, body)
-    p.close()
-
-
 # --------------------------------------------------------------------------------------------
 # The basic paths
 # --------------------------------------------------------------------------------------------
@@ -113,7 +78,7 @@ def test_connected_lists_the_xa_frames(broker, stomp_client):
 
 def test_two_phase_commit_with_a_send_and_an_ack(broker, stomp_client):
     qin, qout = queue(), queue()
-    preload(broker, stomp_client, qin, ["in0", "in1"])
+    preload(broker, qin, ["in0", "in1"])
     c = stomp_client(broker)
     c.subscribe(qin, ack="client-individual")
     m0, m1 = c.wait_messages(2)
@@ -123,22 +88,22 @@ def test_two_phase_commit_with_a_send_and_an_ack(broker, stomp_client):
     c.ack(m0, receipt=True)
     ok(c, "END", x, "TMSUCCESS")
     # Before prepare and commit: the send is invisible, the consumed message is held.
-    assert held(broker, stomp_client, qout) == []
+    assert bodies(look(broker, stomp_client, qout)) == []
     ok(c, "PREPARE", x)
     assert recover_all(c) == [x]
-    assert held(broker, stomp_client, qout) == []
+    assert bodies(look(broker, stomp_client, qout)) == []
     ok(c, "COMMIT", x)
     assert recover_all(c) == []
     expect(c, "COMMIT", x, None, "XAER_NOTA")  # finished and forgotten
     c.ack(m1, receipt=True)  # outside any branch
     c.close()
-    assert bodies(contents(broker, stomp_client, qout)) == ["out"]
-    assert contents(broker, stomp_client, qin) == []
+    assert bodies(consume_all(broker, qout)) == ["out"]
+    assert consume_all(broker, qin) == []
 
 
 def test_acked_message_in_branch_is_not_delivered_to_another_consumer(broker, stomp_client):
     q = queue()
-    preload(broker, stomp_client, q, ["m"])
+    preload(broker, q, ["m"])
     c = stomp_client(broker)
     c.subscribe(q, ack="client-individual")
     (m,) = c.wait_messages(1)
@@ -146,9 +111,9 @@ def test_acked_message_in_branch_is_not_delivered_to_another_consumer(broker, st
     ok(c, "START", x)
     c.ack(m, receipt=True)
     ok(c, "END", x, "TMSUCCESS")
-    assert held(broker, stomp_client, q) == []
+    assert bodies(look(broker, stomp_client, q)) == []
     ok(c, "ROLLBACK", x)
-    back = contents(broker, stomp_client, q, ack="client-individual")
+    back = look(broker, stomp_client, q)
     # c's subscription may take it instead; then it is in c's messages.
     again = back + c.messages[1:]
     assert bodies(again) == ["m"]
@@ -170,12 +135,12 @@ def test_two_phase_commit_survives_restart(broker, stomp_client):
     broker.start()
     c = stomp_client(broker)
     assert recover_all(c) == []
-    assert bodies(contents(broker, stomp_client, q)) == ["m"]
+    assert bodies(consume_all(broker, q)) == ["m"]
 
 
 def test_rollback_of_prepared_branch(broker, stomp_client):
     qin, qout = queue(), queue()
-    preload(broker, stomp_client, qin, ["in0"])
+    preload(broker, qin, ["in0"])
     c = stomp_client(broker)
     c.subscribe(qin, ack="client-individual")
     (m,) = c.wait_messages(1)
@@ -189,14 +154,14 @@ def test_rollback_of_prepared_branch(broker, stomp_client):
     d = stomp_client(broker)
     ok(d, "ROLLBACK", x)
     assert recover_all(d) == []
-    back = contents(broker, stomp_client, qin)
+    back = consume_all(broker, qin)
     assert bodies(back) == ["in0"] and back[0].headers["redelivered"] == "true"
-    assert contents(broker, stomp_client, qout) == []
+    assert consume_all(broker, qout) == []
 
 
 def test_nack_in_branch_redelivers_at_commit(broker, stomp_client):
     q = queue()
-    preload(broker, stomp_client, q, ["m"])
+    preload(broker, q, ["m"])
     c = stomp_client(broker)
     sub = c.subscribe(q, ack="client-individual")
     (m,) = c.wait_messages(1)
@@ -224,7 +189,7 @@ def test_one_phase_commit(broker, stomp_client):
     ok(c, "COMMIT", x, "TMONEPHASE")
     assert recover_all(c) == []
     expect(c, "COMMIT", x, "TMONEPHASE", "XAER_NOTA")
-    assert bodies(contents(broker, stomp_client, q)) == ["one-phase"]
+    assert bodies(consume_all(broker, q)) == ["one-phase"]
 
 
 def test_one_phase_commit_of_prepared_branch_is_proto(broker, stomp_client):
@@ -238,7 +203,7 @@ def test_one_phase_commit_of_prepared_branch_is_proto(broker, stomp_client):
     expect(c, "COMMIT", x, "TMONEPHASE", "XAER_PROTO")
     assert recover_all(c) == [x]
     ok(c, "COMMIT", x)
-    assert bodies(contents(broker, stomp_client, q)) == ["m"]
+    assert bodies(consume_all(broker, q)) == ["m"]
 
 
 def test_read_only_branch(broker, stomp_client):
@@ -270,7 +235,7 @@ def test_prepare_or_commit_while_associated_is_proto(broker, stomp_client):
     ok(c, "END", x, "TMSUCCESS")
     ok(c, "PREPARE", x)
     ok(c, "COMMIT", x)
-    assert bodies(contents(broker, stomp_client, q)) == ["m"]
+    assert bodies(consume_all(broker, q)) == ["m"]
 
 
 def test_one_connection_one_association(broker, stomp_client):
@@ -303,11 +268,11 @@ def test_join_across_two_connections(broker, stomp_client):
     # b is still associated: the branch is not idle yet.
     expect(a, "PREPARE", x, None, "XAER_PROTO")
     expect(b, "PREPARE", x, None, "XAER_PROTO")
-    assert held(broker, stomp_client, q) == []
+    assert bodies(look(broker, stomp_client, q)) == []
     ok(b, "END", x, "TMSUCCESS")
     ok(a, "PREPARE", x)
     ok(b, "COMMIT", x)
-    assert sorted(bodies(contents(broker, stomp_client, q))) == ["from-a", "from-b"]
+    assert sorted(bodies(consume_all(broker, q))) == ["from-a", "from-b"]
 
 
 def test_join_of_unknown_xid_is_nota(broker, stomp_client):
@@ -331,7 +296,7 @@ def test_join_an_idle_branch(broker, stomp_client):
     ok(b, "END", x, "TMSUCCESS")
     ok(a, "PREPARE", x)
     ok(a, "COMMIT", x)
-    assert bodies(contents(broker, stomp_client, q)) == ["first", "second"]
+    assert bodies(consume_all(broker, q)) == ["first", "second"]
 
 
 def test_suspend_and_resume(broker, stomp_client):
@@ -343,17 +308,17 @@ def test_suspend_and_resume(broker, stomp_client):
     ok(c, "END", x, "TMSUSPEND")
     # Suspended: this connection's SENDs are its own again, visible at once.
     c.send(q2, "plain")
-    assert bodies(contents(broker, stomp_client, q2)) == ["plain"]
+    assert bodies(consume_all(broker, q2)) == ["plain"]
     expect(c, "PREPARE", x, None, "XAER_PROTO")  # suspended is not idle
     other = stomp_client(broker)
     expect(other, "START", x, "TMRESUME", "XAER_PROTO")  # other has no suspended association
     ok(c, "START", x, "TMRESUME")
     c.send(q, "s2")
     ok(c, "END", x, "TMSUCCESS")
-    assert held(broker, stomp_client, q) == []
+    assert bodies(look(broker, stomp_client, q)) == []
     ok(c, "PREPARE", x)
     ok(c, "COMMIT", x)
-    assert bodies(contents(broker, stomp_client, q)) == ["s1", "s2"]
+    assert bodies(consume_all(broker, q)) == ["s1", "s2"]
 
 
 def test_suspended_connection_works_on_another_branch(broker, stomp_client):
@@ -371,7 +336,7 @@ def test_suspended_connection_works_on_another_branch(broker, stomp_client):
     ok(c, "END", x, "TMSUCCESS")
     ok(c, "ROLLBACK", y)
     ok(c, "COMMIT", x, "TMONEPHASE")
-    assert bodies(contents(broker, stomp_client, q)) == ["x1", "x2"]
+    assert bodies(consume_all(broker, q)) == ["x1", "x2"]
 
 
 def test_branch_with_a_suspended_association_is_not_idle(broker, stomp_client):
@@ -390,7 +355,7 @@ def test_branch_with_a_suspended_association_is_not_idle(broker, stomp_client):
     ok(a, "END", x, "TMSUCCESS")
     ok(b, "PREPARE", x)
     ok(b, "COMMIT", x)
-    assert sorted(bodies(contents(broker, stomp_client, q))) == ["a", "b"]
+    assert sorted(bodies(consume_all(broker, q))) == ["a", "b"]
 
 
 def test_end_tmsuccess_of_a_suspended_association(broker, stomp_client):
@@ -403,7 +368,7 @@ def test_end_tmsuccess_of_a_suspended_association(broker, stomp_client):
     ok(c, "END", x, "TMSUCCESS")  # XA allows ending a suspended association directly
     ok(c, "PREPARE", x)
     ok(c, "COMMIT", x)
-    assert bodies(contents(broker, stomp_client, q)) == ["m"]
+    assert bodies(consume_all(broker, q)) == ["m"]
 
 
 def test_resume_without_suspend_is_proto(broker, stomp_client):
@@ -417,7 +382,7 @@ def test_resume_without_suspend_is_proto(broker, stomp_client):
 
 def test_end_tmfail_then_prepare_rolls_back(broker, stomp_client):
     qin, qout = queue(), queue()
-    preload(broker, stomp_client, qin, ["in"])
+    preload(broker, qin, ["in"])
     c = stomp_client(broker)
     c.subscribe(qin, ack="client-individual")
     (m,) = c.wait_messages(1)
@@ -430,8 +395,8 @@ def test_end_tmfail_then_prepare_rolls_back(broker, stomp_client):
     expect(c, "PREPARE", x, None, "XA_RB*")
     assert recover_all(c) == []
     c.close()
-    assert contents(broker, stomp_client, qout) == []
-    back = contents(broker, stomp_client, qin)
+    assert consume_all(broker, qout) == []
+    back = consume_all(broker, qin)
     assert bodies(back) == ["in"] and back[0].headers["redelivered"] == "true"
 
 
@@ -444,12 +409,12 @@ def test_end_tmfail_then_one_phase_commit_rolls_back(broker, stomp_client):
     r = call(c, "END", x, "TMFAIL")
     assert r.result in {"XA_OK"} | RB_CODES, r
     expect(c, "COMMIT", x, "TMONEPHASE", "XA_RB*")
-    assert contents(broker, stomp_client, q) == []
+    assert consume_all(broker, q) == []
 
 
 def test_rollback_only_branch_drops_work_of_still_associated_connection(broker, stomp_client):
     q, qin = queue(), queue()
-    preload(broker, stomp_client, qin, ["in"])
+    preload(broker, qin, ["in"])
     a = stomp_client(broker)
     b = stomp_client(broker)
     x = new_xid()
@@ -466,8 +431,8 @@ def test_rollback_only_branch_drops_work_of_still_associated_connection(broker, 
     expect(a, "END", x, "TMSUCCESS", "XA_RB*")
     expect(a, "PREPARE", x, None, "XA_RB*")
     a.close()
-    assert contents(broker, stomp_client, q) == []
-    assert bodies(contents(broker, stomp_client, qin)) == ["in"]
+    assert consume_all(broker, q) == []
+    assert bodies(consume_all(broker, qin)) == ["in"]
 
 
 @pytest.mark.parametrize("how", ["tmfail", "drop"])
@@ -497,7 +462,7 @@ def test_rollback_while_another_connection_is_associated_is_proto(broker, stomp_
     # Nobody is associated any more: the rollback-only branch is rolled back now, as asked.
     expect(tm, "ROLLBACK", x, None, "XA_OK")
     expect(tm, "ROLLBACK", x, None, "XAER_NOTA")  # and forgotten
-    assert contents(broker, stomp_client, q) == []
+    assert consume_all(broker, q) == []
 
 
 def test_timed_out_branch_is_not_forgotten_while_still_associated(broker_factory, stomp_client):
@@ -514,7 +479,7 @@ def test_timed_out_branch_is_not_forgotten_while_still_associated(broker_factory
     wait_states(stomp_client(b), {x: "rolled back"})  # timed out after 1.5-2.5 s
     c.send(q, "after")
     expect(c, "END", x, "TMSUCCESS", "XA_RBTIMEOUT")
-    assert contents(b, stomp_client, q) == []
+    assert consume_all(b, q) == []
 
 
 def test_rollback_of_timed_out_branch_while_still_associated(broker_factory, stomp_client):
@@ -533,7 +498,7 @@ def test_rollback_of_timed_out_branch_while_still_associated(broker_factory, sto
     expect(tm, "ROLLBACK", x, None, "XA_RBTIMEOUT")
     a.send(q, "after")
     expect(a, "END", x, "TMSUCCESS", "XA_RBTIMEOUT")
-    assert contents(b, stomp_client, q) == []
+    assert consume_all(b, q) == []
 
 
 def test_one_phase_commit_of_timed_out_branch(broker_factory, stomp_client):
@@ -547,13 +512,13 @@ def test_one_phase_commit_of_timed_out_branch(broker_factory, stomp_client):
     wait_states(c, {x: "rolled back"})  # timed out after 1.5-2.5 s
     expect(c, "COMMIT", x, "TMONEPHASE", "XA_RBTIMEOUT")
     expect(c, "COMMIT", x, "TMONEPHASE", "XAER_NOTA")  # forgotten once told
-    assert contents(b, stomp_client, q) == []
+    assert consume_all(b, q) == []
 
 
 def test_local_transactions_have_no_timeout(broker_factory, stomp_client):
     b = broker_factory(config=TIMEOUT_CONFIG)
     q, qin = queue(), queue()
-    preload(b, stomp_client, qin, ["in"])
+    preload(b, qin, ["in"])
     c = stomp_client(b)
     c.subscribe(qin, ack="client-individual")
     (m,) = c.wait_messages(1)
@@ -568,8 +533,8 @@ def test_local_transactions_have_no_timeout(broker_factory, stomp_client):
     branches = wait_states(d, {y: "rolled back"})
     assert [br["state"] for br in branches if br["local"]] == ["idle"], branches
     c.commit("t")
-    assert bodies(contents(b, stomp_client, q)) == ["late"]
-    assert contents(b, stomp_client, qin) == []
+    assert bodies(consume_all(b, q)) == ["late"]
+    assert consume_all(b, qin) == []
 
 
 # --------------------------------------------------------------------------------------------
@@ -680,7 +645,7 @@ def test_recover_scans_are_per_connection(broker, stomp_client):
 # --------------------------------------------------------------------------------------------
 
 def prepared_branch_with_work(broker, stomp_client, qin, qout):
-    preload(broker, stomp_client, qin, ["in"])
+    preload(broker, qin, ["in"])
     c = stomp_client(broker)
     c.subscribe(qin, ack="client-individual")
     (m,) = c.wait_messages(1)
@@ -700,8 +665,8 @@ def test_heuristic_commit(broker, stomp_client):
     op = stomp_client(broker)
     ok(op, "XA-HEURISTIC", x, outcome="commit")
     # Applied at once.
-    assert bodies(contents(broker, stomp_client, qout)) == ["out"]
-    assert contents(broker, stomp_client, qin) == []
+    assert bodies(consume_all(broker, qout)) == ["out"]
+    assert consume_all(broker, qin) == []
     tm = stomp_client(broker)
     assert recover_all(tm) == [x]
     expect(tm, "COMMIT", x, None, "XA_HEURCOM")
@@ -710,7 +675,7 @@ def test_heuristic_commit(broker, stomp_client):
     assert recover_all(tm) == []
     expect(tm, "FORGET", x, None, "XAER_NOTA")
     expect(tm, "COMMIT", x, None, "XAER_NOTA")
-    assert contents(broker, stomp_client, qout) == []  # consumed above; nothing new appeared
+    assert consume_all(broker, qout) == []  # consumed above; nothing new appeared
 
 
 def test_heuristic_rollback(broker, stomp_client):
@@ -718,9 +683,9 @@ def test_heuristic_rollback(broker, stomp_client):
     x = prepared_branch_with_work(broker, stomp_client, qin, qout)
     op = stomp_client(broker)
     ok(op, "XA-HEURISTIC", x, outcome="rollback")
-    back = contents(broker, stomp_client, qin, ack="client-individual")
+    back = look(broker, stomp_client, qin)
     assert bodies(back) == ["in"] and back[0].headers["redelivered"] == "true"
-    assert contents(broker, stomp_client, qout) == []
+    assert consume_all(broker, qout) == []
     tm = stomp_client(broker)
     assert recover_all(tm) == [x]
     expect(tm, "COMMIT", x, None, "XA_HEURRB")
@@ -728,7 +693,7 @@ def test_heuristic_rollback(broker, stomp_client):
     expect(tm, "ROLLBACK", x, None, "XA_HEURRB")
     ok(tm, "FORGET", x)
     assert recover_all(tm) == []
-    assert contents(broker, stomp_client, qout) == []
+    assert consume_all(broker, qout) == []
 
 
 def test_heuristic_outcome_survives_restart(broker, stomp_client):
@@ -743,8 +708,8 @@ def test_heuristic_outcome_survives_restart(broker, stomp_client):
     assert recover_all(tm) == [x]
     expect(tm, "ROLLBACK", x, None, "XA_HEURCOM")
     ok(tm, "FORGET", x)
-    assert bodies(contents(broker, stomp_client, qout)) == ["out"]
-    assert contents(broker, stomp_client, qin) == []
+    assert bodies(consume_all(broker, qout)) == ["out"]
+    assert consume_all(broker, qin) == []
     tm.close()
     broker.kill9()
     broker.start()
@@ -766,10 +731,10 @@ def test_heuristic_on_branch_not_prepared_is_proto(broker, stomp_client):
     expect(op, "XA-HEURISTIC", new_xid(), None, "XAER_NOTA", outcome="commit")
     expect(op, "XA-HEURISTIC", x, None, "XAER_INVAL", outcome="maybe")
     expect(op, "XA-HEURISTIC", x, None, "XAER_INVAL")  # no outcome
-    assert held(broker, stomp_client, q) == []
+    assert bodies(look(broker, stomp_client, q)) == []
     ok(c, "PREPARE", x)
     ok(c, "COMMIT", x)
-    assert bodies(contents(broker, stomp_client, q)) == ["m"]
+    assert bodies(consume_all(broker, q)) == ["m"]
 
 
 def test_forget_of_prepared_branch_is_nota_and_harmless(broker, stomp_client):
@@ -783,7 +748,7 @@ def test_forget_of_prepared_branch_is_nota_and_harmless(broker, stomp_client):
     expect(c, "FORGET", x, None, "XAER_NOTA")
     assert recover_all(c) == [x]
     ok(c, "COMMIT", x)
-    assert bodies(contents(broker, stomp_client, q)) == ["m"]
+    assert bodies(consume_all(broker, q)) == ["m"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -796,7 +761,7 @@ TIMEOUT_CONFIG = "[transactions]\ntimeout-ms = 1500\n"
 def test_branch_timeout(broker_factory, stomp_client):
     b = broker_factory(config=TIMEOUT_CONFIG)
     qin, qout, qa, qp = queue(), queue(), queue(), queue()
-    preload(b, stomp_client, qin, ["in"])
+    preload(b, qin, ["in"])
 
     # idle: started, consumed a message, sent one, ended; never prepared.
     c = stomp_client(b)
@@ -831,20 +796,20 @@ def test_branch_timeout(broker_factory, stomp_client):
     assert {br["xid"]: br["state"] for br in branches}[z] == "prepared", branches
 
     expect(c, "PREPARE", x, None, "XA_RBTIMEOUT")
-    back = contents(b, stomp_client, qin)
+    back = consume_all(b, qin)
     assert bodies(back) == ["in"], "the consumed message of the timed-out branch is back"
     assert back[0].headers["redelivered"] == "true"
-    assert contents(b, stomp_client, qout) == []
+    assert consume_all(b, qout) == []
 
     a.send(qa, "a2")  # associated with a rolled-back branch: dropped
     expect(a, "END", y, "TMSUCCESS", "XA_RBTIMEOUT")
     expect(a, "ROLLBACK", y, None, "XA_RBTIMEOUT")
     expect(a, "ROLLBACK", y, None, "XAER_NOTA")  # forgotten after telling
-    assert contents(b, stomp_client, qa) == []
+    assert consume_all(b, qa) == []
 
     assert recover_all(p) == [z]
     ok(p, "COMMIT", z)
-    assert bodies(contents(b, stomp_client, qp)) == ["kept"]
+    assert bodies(consume_all(b, qp)) == ["kept"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -883,7 +848,7 @@ def test_malformed_xid_is_inval_and_changes_nothing(broker, stomp_client, verb):
     ok(c, "END", x, "TMSUCCESS")
     ok(c, "PREPARE", x)
     ok(c, "COMMIT", x)
-    assert bodies(contents(broker, stomp_client, q)) == ["m"]
+    assert bodies(consume_all(broker, q)) == ["m"]
 
 
 def test_longest_gtrid_and_bqual_are_accepted(broker, stomp_client):
@@ -943,7 +908,7 @@ def test_unknown_and_misplaced_flags_are_inval_and_change_nothing(broker, stomp_
     expect(c, "COMMIT", x, "TMONEPHASE|TMBOGUS", "XAER_INVAL")
     assert recover_all(c) == [x]
     ok(c, "COMMIT", x)
-    assert bodies(contents(broker, stomp_client, q)) == ["m"]
+    assert bodies(consume_all(broker, q)) == ["m"]
 
 
 def test_tmnowait_on_start_is_ignored(broker, stomp_client):
@@ -972,7 +937,7 @@ def test_start_twice_with_same_xid_is_dupid(broker, stomp_client):
     ok(d, "START", y)
     ok(d, "END", y, "TMSUCCESS")
     ok(c, "COMMIT", x)
-    assert bodies(contents(broker, stomp_client, q)) == ["m"]
+    assert bodies(consume_all(broker, q)) == ["m"]
 
 
 def test_rollback_or_forget_of_unknown_xid_disturbs_nothing(broker, stomp_client):
@@ -1013,7 +978,7 @@ def test_rollback_or_forget_of_unknown_xid_disturbs_nothing(broker, stomp_client
     ok(other, "COMMIT", x)
     ok(other, "COMMIT", y)
     ok(c, "COMMIT", w, "TMONEPHASE")
-    got = bodies(contents(broker, stomp_client, q))
+    got = bodies(consume_all(broker, q))
     assert sorted(got) == sorted(["xa-idle", "xa-prepared", "local", "local-2", "xa-active", "xa-active-2"])
 
 
@@ -1035,7 +1000,7 @@ def test_xa_frames_cannot_reach_a_local_transaction(broker, stomp_client):
                 assert r.result in {"XAER_NOTA", "XAER_INVAL"}, f"XA-{verb} {x}: {r}"
     assert recover_all(c) == []
     c.commit("t")
-    assert bodies(contents(broker, stomp_client, q)) == ["local"]
+    assert bodies(consume_all(broker, q)) == ["local"]
 
 
 @pytest.mark.parametrize("command", ["XA-START", "XA-RECOVER", "XA-PREPARE"])
@@ -1081,12 +1046,12 @@ def test_send_with_transaction_header_while_associated_is_error(broker, stomp_cl
     # The connection went away while associated: the branch is rollback-only.
     d = stomp_client(broker)
     expect(d, "PREPARE", x, None, "XA_RB*")
-    assert contents(broker, stomp_client, q) == []
+    assert consume_all(broker, q) == []
 
 
 def test_ack_with_transaction_header_while_associated_is_error(broker, stomp_client):
     q = queue()
-    preload(broker, stomp_client, q, ["m"])
+    preload(broker, q, ["m"])
     c = stomp_client(broker)
     c.subscribe(q, ack="client-individual")
     (m,) = c.wait_messages(1)
@@ -1096,7 +1061,7 @@ def test_ack_with_transaction_header_while_associated_is_error(broker, stomp_cli
     c.ack(m, transaction="t")
     c.wait_error()
     c.wait_disconnected()
-    assert bodies(contents(broker, stomp_client, q)) == ["m"]
+    assert bodies(consume_all(broker, q)) == ["m"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -1106,7 +1071,7 @@ def test_ack_with_transaction_header_while_associated_is_error(broker, stomp_cli
 @pytest.mark.parametrize("state", ["associated", "suspended"])
 def test_drop_while_associated_makes_branch_rollback_only(broker, stomp_client, state):
     qin, qout = queue(), queue()
-    preload(broker, stomp_client, qin, ["in"])
+    preload(broker, qin, ["in"])
     c = stomp_client(broker)
     c.subscribe(qin, ack="client-individual")
     (m,) = c.wait_messages(1)
@@ -1122,8 +1087,8 @@ def test_drop_while_associated_makes_branch_rollback_only(broker, stomp_client, 
     # Not idle: whoever asks first gets the rollback.
     expect(d, "PREPARE", x, None, "XA_RB*")
     assert recover_all(d) == []
-    assert contents(broker, stomp_client, qout) == []
-    back = contents(broker, stomp_client, qin)
+    assert consume_all(broker, qout) == []
+    back = consume_all(broker, qin)
     assert bodies(back) == ["in"] and back[0].headers["redelivered"] == "true"
 
 
@@ -1138,14 +1103,14 @@ def test_drop_while_associated_then_rollback_from_another_connection(broker, sto
     wait_states(d, {x: "rollback-only"})  # the broker saw c go
     r = call(d, "ROLLBACK", x)
     assert r.result in {"XA_OK"} | RB_CODES, r
-    assert contents(broker, stomp_client, q) == []
+    assert consume_all(broker, q) == []
 
 
 @pytest.mark.parametrize("state", ["idle", "prepared"])
 @pytest.mark.parametrize("how", ["drop", "disconnect"])
 def test_connection_going_away_leaves_idle_or_prepared_branch_alone(broker, stomp_client, state, how):
     qin, qout = queue(), queue()
-    preload(broker, stomp_client, qin, ["in0", "in1"])
+    preload(broker, qin, ["in0", "in1"])
     c = stomp_client(broker)
     c.subscribe(qin, ack="client-individual")
     m0, m1 = c.wait_messages(2)
@@ -1162,15 +1127,15 @@ def test_connection_going_away_leaves_idle_or_prepared_branch_alone(broker, stom
         c.disconnect()
     time.sleep(0.3 * SLOW)
     # The held message is not given back with the connection (in1, unacknowledged, is).
-    left = contents(broker, stomp_client, qin, ack="client-individual")
+    left = look(broker, stomp_client, qin)
     assert bodies(left) == ["in1"]
     d = stomp_client(broker)
     if state == "idle":
         ok(d, "PREPARE", x)
     assert recover_all(d) == [x]
     ok(d, "COMMIT", x)
-    assert bodies(contents(broker, stomp_client, qout)) == ["out"]
-    assert bodies(contents(broker, stomp_client, qin)) == ["in1"]
+    assert bodies(consume_all(broker, qout)) == ["out"]
+    assert bodies(consume_all(broker, qin)) == ["in1"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -1197,7 +1162,7 @@ def test_call_pipelined_behind_prepare(broker, stomp_client, second):
     # XAER_PROTO (a write of the branch is in flight; rm/resource_manager.cpp checks that before
     # anything else) and changes nothing; the branch is prepared, whole.
     qin, qout = queue(), queue()
-    preload(broker, stomp_client, qin, ["in"])
+    preload(broker, qin, ["in"])
     c = stomp_client(broker)
     c.subscribe(qin, ack="client-individual")
     (m,) = c.wait_messages(1)
@@ -1213,8 +1178,8 @@ def test_call_pipelined_behind_prepare(broker, stomp_client, second):
     d = stomp_client(broker)
     assert recover_all(d) == [x]
     ok(d, "COMMIT", x)
-    assert bodies(contents(broker, stomp_client, qout)) == ["out"]
-    assert contents(broker, stomp_client, qin) == []
+    assert bodies(consume_all(broker, qout)) == ["out"]
+    assert consume_all(broker, qin) == []
 
 
 @pytest.mark.parametrize("second", ["COMMIT", "ROLLBACK", "COMMIT-1PC"])
@@ -1233,7 +1198,7 @@ def test_call_pipelined_behind_commit(broker, stomp_client, second):
     assert a1.result == "XA_OK", a1
     assert a2.result in {"XAER_PROTO", "XAER_NOTA"}, a2
     assert recover_all(c) == []
-    assert bodies(contents(broker, stomp_client, q)) == ["once"]
+    assert bodies(consume_all(broker, q)) == ["once"]
 
 
 def test_one_phase_commit_pipelined_with_rollback(broker, stomp_client):
@@ -1248,7 +1213,7 @@ def test_one_phase_commit_pipelined_with_rollback(broker, stomp_client):
     a1, a2 = c.xa_reply(r1), c.xa_reply(r2)
     assert a1.result == "XA_OK", a1
     assert a2.result in {"XAER_PROTO", "XAER_NOTA"}, a2
-    assert bodies(contents(broker, stomp_client, q)) == ["m"]
+    assert bodies(consume_all(broker, q)) == ["m"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -1271,7 +1236,7 @@ def test_prepare_refused_by_full_store_is_rmfail_and_can_be_retried(broker_facto
     expect(c, "PREPARE", x, None, "XAER_RMFAIL")
     assert recover_all(c) == []
     expect(c, "COMMIT", x, "TMONEPHASE", "XAER_RMFAIL")
-    assert contents(b, stomp_client, q) == []
+    assert consume_all(b, q) == []
     # Make room; the branch is as before the refused calls: prepare again.
     drainer = stomp_client(b)
     drainer.subscribe(filler)
@@ -1289,14 +1254,14 @@ def test_prepare_refused_by_full_store_is_rmfail_and_can_be_retried(broker_facto
     assert answers[-1] == "XA_OK", answers
     assert recover_all(c) == [x]
     ok(c, "COMMIT", x)
-    got = contents(b, stomp_client, q)
+    got = consume_all(b, q)
     assert [m.body.split("-")[0] for m in got] == ["big0", "big1"]
 
 
 def test_rollback_after_refused_prepare(broker_factory, stomp_client):
     b = broker_factory(config="[storage]\nmap-size = 1048576\nmax-map-size = 1048576\n")
     q, qin = queue(), queue()
-    preload(b, stomp_client, qin, ["in"])
+    preload(b, qin, ["in"])
     c = stomp_client(b)
     c.subscribe(qin, ack="client-individual")
     (m,) = c.wait_messages(1)
@@ -1309,8 +1274,8 @@ def test_rollback_after_refused_prepare(broker_factory, stomp_client):
     expect(c, "PREPARE", x, None, "XAER_RMFAIL")
     ok(c, "ROLLBACK", x)
     c.close()
-    assert contents(b, stomp_client, q) == []
-    back = contents(b, stomp_client, qin)
+    assert consume_all(b, q) == []
+    back = consume_all(b, qin)
     assert bodies(back) == ["in"]
 
 
@@ -1369,4 +1334,4 @@ def test_xa_retry_is_never_an_answer_to_rollback(broker, stomp_client):
     # (resumed and ended), heuristically rolled back (rm/state_machine.cpp, rollback()).
     assert answers == ["XAER_NOTA", "XAER_PROTO", "XA_OK", "XAER_NOTA", "XA_OK", "XA_OK", "XAER_PROTO", "XA_OK",
                        "XA_HEURRB"], answers
-    assert contents(broker, stomp_client, q) == []
+    assert consume_all(broker, q) == []

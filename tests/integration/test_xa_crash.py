@@ -12,15 +12,7 @@ import time
 
 import pytest
 
-from conftest import ESCROWD, SLOW, TIMEOUT, drain, look, new_xid, unique
-
-
-def queue(prefix="crash"):
-    return f"/queue/{unique(prefix)}"
-
-
-def bodies(msgs):
-    return [m.body for m in msgs]
+from conftest import ESCROWD, SLOW, TIMEOUT, bodies, consume_all, look, new_xid, preload, queue, unique
 
 
 def ok(c, verb, xid=None, flags=None, **headers):
@@ -35,14 +27,6 @@ def recover_all(c):
     return r.xids
 
 
-def preload(broker, stomp_client, q, payloads):
-    p = stomp_client(broker)
-    for body in payloads[:-1]:
-        p.send(q, body, receipt=False)
-    p.send(q, payloads[-1])  # its RECEIPT comes after everything before it on this connection
-    p.close()
-
-
 # --------------------------------------------------------------------------------------------
 # (a) a prepared branch survives SIGKILL
 # --------------------------------------------------------------------------------------------
@@ -50,7 +34,7 @@ def preload(broker, stomp_client, q, payloads):
 def prepare_branch_then_kill(broker, stomp_client, qin, qout):
     """A branch that sent 3 messages and consumed (ACKed) 2 of 4 is prepared; escrowd is killed.
     Returns its xid; in2 and in3 were delivered but never acknowledged."""
-    preload(broker, stomp_client, qin, ["in0", "in1", "in2", "in3"])
+    preload(broker, qin, ["in0", "in1", "in2", "in3"])
     c = stomp_client(broker)
     c.subscribe(qin, ack="client-individual")
     msgs = c.wait_messages(4)
@@ -147,7 +131,7 @@ def test_prepared_branch_with_nack_and_durable_fanout_survives_sigkill(broker, s
         d = stomp_client(broker, headers={"client-id": cid})
         d.subscribe(t, ack="client-individual", headers={"durable-subscription-name": "dur"})
         d.disconnect()
-    preload(broker, stomp_client, q, ["nackme"])
+    preload(broker, q, ["nackme"])
     c = stomp_client(broker)
     c.subscribe(q, ack="client-individual")
     (m,) = c.wait_messages(1)
@@ -266,15 +250,6 @@ def worker(mode, client, qin, qout, thread, txns, stop, problems):
         return
 
 
-def everything_in(broker, stomp_client, q):
-    p = stomp_client(broker)
-    c = stomp_client(broker)
-    before, _ = drain(c, q, p)  # auto: this round's queues are not used again
-    c.close()
-    p.close()
-    return bodies(before)
-
-
 @pytest.mark.parametrize("mode,rounds", [("2pc", ROUNDS), ("1pc", max(ROUNDS // 2, 1)),
                                          ("local", max(ROUNDS // 2, 1))])
 def test_sigkill_during_burst_of_commits(broker, stomp_client, mode, rounds):
@@ -287,7 +262,7 @@ def test_sigkill_during_burst_of_commits(broker, stomp_client, mode, rounds):
         qins = [queue(f"r{rnd}-in{t}") for t in range(THREADS)]
         qout = queue(f"r{rnd}-out")
         for t, q in enumerate(qins):
-            preload(broker, stomp_client, q, [f"pre-{rnd}-{t}-{i}" for i in range(PER_THREAD)])
+            preload(broker, q, [f"pre-{rnd}-{t}-{i}" for i in range(PER_THREAD)])
         clients = [stomp_client(broker) for _ in range(THREADS)]
         txns = [[] for _ in range(THREADS)]
         problems = []
@@ -330,10 +305,10 @@ def test_sigkill_during_burst_of_commits(broker, stomp_client, mode, rounds):
                 failures.append(f"{where}: commit of in-doubt {x} after restart answered {r}")
         tm.close()
 
-        out = everything_in(broker, stomp_client, qout)
+        out = bodies(consume_all(broker, qout))
         left = {}
         for t, q in enumerate(qins):
-            for b in everything_in(broker, stomp_client, q):
+            for b in bodies(consume_all(broker, q)):
                 left[b] = left.get(b, 0) + 1
         known_sent = {t.sent for t in every}
         for b in out:
@@ -390,7 +365,7 @@ def test_sigkill_during_burst_of_commits(broker, stomp_client, mode, rounds):
 
 def test_local_transaction_killed_before_commit_leaves_no_trace(broker, stomp_client):
     qin, qout = queue("in"), queue("out")
-    preload(broker, stomp_client, qin, ["in0", "in1", "in2", "in3"])
+    preload(broker, qin, ["in0", "in1", "in2", "in3"])
     c = stomp_client(broker)
     c.subscribe(qin, ack="client-individual")
     msgs = c.wait_messages(4)
@@ -418,7 +393,7 @@ def test_local_transaction_killed_before_commit_leaves_no_trace(broker, stomp_cl
 @pytest.mark.parametrize("state", ["active", "idle", "rollback-only"])
 def test_xa_branch_not_prepared_is_rolled_back_by_a_crash(broker, stomp_client, state):
     qin, qout = queue("in"), queue("out")
-    preload(broker, stomp_client, qin, ["in0", "in1"])
+    preload(broker, qin, ["in0", "in1"])
     c = stomp_client(broker)
     c.subscribe(qin, ack="client-individual")
     msgs = c.wait_messages(2)
@@ -444,7 +419,7 @@ def test_xa_branch_not_prepared_is_rolled_back_by_a_crash(broker, stomp_client, 
 def test_local_commit_answered_survives_sigkill_in_full(broker, stomp_client):
     # The other side of (c): once COMMIT's RECEIPT arrived, all of it stays after SIGKILL.
     qin, qout = queue("in"), queue("out")
-    preload(broker, stomp_client, qin, ["in0", "in1", "in2"])
+    preload(broker, qin, ["in0", "in1", "in2"])
     c = stomp_client(broker)
     c.subscribe(qin, ack="client-individual")
     msgs = c.wait_messages(3)
@@ -499,7 +474,7 @@ def test_commit_refused_by_full_store_keeps_branch_prepared_across_restart(broke
     cap = "max-map-size = 1048576\n" if storage_key_known(tmp_path, "max-map-size") else ""
     b = broker_factory(config="[storage]\nmap-size = 1048576\n" + cap)
     qin, qout = queue("in"), queue("out")
-    preload(b, stomp_client, qin, ["in0", "in1"])
+    preload(b, qin, ["in0", "in1"])
     c = stomp_client(b)
     c.subscribe(qin, ack="client-individual")
     msgs = c.wait_messages(2)
