@@ -25,7 +25,7 @@ class [[nodiscard]] status {
   }
   const std::string& message() const { return message_; }
   // Whether anyone asked ok() or which(): the broker checks that every store completion looked at
-  // its status (a completion that ignores it fails the test builds; see broker.cpp).
+  // its status (one that ignores it fails the test builds: broker::impl::run_completions).
   bool checked() const { return checked_; }
 
  private:
