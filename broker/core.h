@@ -251,6 +251,15 @@ struct broker::impl {
   void handle_frame(const connection_ptr& c, frame& f);
   void handle_send(const connection_ptr& c, frame& f);
   void handle_subscribe(const connection_ptr& c, const frame& f);
+  // SUBSCRIBE's steps (subscribe.cpp); each sends the ERROR and returns null when the frame is
+  // refused. The subscription as its headers ask (ack mode, window):
+  std::unique_ptr<subscription> new_subscription(const connection_ptr& c, const frame& f, const std::string& id);
+  // The queue it consumes from: a queue, a durable subscription (`created` when new) or a
+  // non-durable subscription's own queue; new queues' records go into `b`.
+  queue_ptr subscription_source(const connection_ptr& c, const frame& f, const std::string& id, storage::batch& b,
+                                queue_ptr& created);
+  queue_ptr durable_source(const connection_ptr& c, const frame& f, const std::string& topic_name,
+                           const std::string& name, storage::batch& b, queue_ptr& created);
   void handle_unsubscribe(const connection_ptr& c, const frame& f);
   void handle_ack(const connection_ptr& c, const frame& f, bool positive);
   void handle_disconnect(const connection_ptr& c, const frame& f);
@@ -370,8 +379,24 @@ struct broker::impl {
   bool in_use(const queue_ptr& q);
   void finish_auto_delete(const queue_ptr& q, const storage::status& s);
 
-  // Delivery.
+  // Delivery (delivery.cpp). dispatch hands out what it can of q to its consumers with room, in
+  // turn, then submits what that pass writes:
+  struct dispatch_writes {
+    storage::batch auto_acks;  // removals of auto-acknowledged stored entries
+    std::vector<storage::entry_key> auto_acked;
+    storage::batch moves;  // expired messages and dead letters found on the way
+    std::vector<move_plan> plans;
+    // persist-delivery-count-before-delivery: the raised counts, and the deliveries that wait for
+    // them, by (connection id, ack tag)
+    storage::batch counts;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> after_counts;
+  };
   void dispatch(const queue_ptr& q);
+  // The next consumer of q, in turn, with room for another message (its index in `index`).
+  subscription* consumer_with_room(queue& q, std::size_t& index);
+  void hand_out(const queue_ptr& q, subscription& chosen, queue_entry e, dispatch_writes& w);
+  void submit_auto_acks(const queue_ptr& q, storage::batch b, std::vector<storage::entry_key> keys);
+  void submit_delivery_counts(storage::batch b, std::vector<std::pair<std::uint64_t, std::uint64_t>> deliveries);
   bool load_message(queue_entry& e);
   // Returns a delivery to its queue for redelivery (delivery count raised, persisted in `b` when
   // stored), then offer_again().

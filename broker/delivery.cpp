@@ -87,28 +87,50 @@ bool has_room(const subscription& s, std::size_t max_pending) {
 }
 }  // namespace
 
-void broker::impl::dispatch(const queue_ptr& q) {
-  auto& consumers = q->consumers();
-  storage::batch auto_acks;
-  std::vector<storage::entry_key> auto_acked;
-  storage::batch moves;  // expired messages and dead letters found on the way
-  std::vector<move_plan> plans;
-  // persist-delivery-count-before-delivery: the raised counts, and the deliveries that wait for them
-  storage::batch counts;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> after_counts;  // (connection id, ack tag)
-  std::uint64_t now = now_ms();
-  while (!consumers.empty()) {
-    subscription* chosen = nullptr;
-    std::size_t chosen_index = 0;
-    std::size_t n = consumers.size();
-    for (std::size_t i = 0; i < n; ++i) {
-      std::size_t index = (q->next_consumer() + i) % n;
-      if (has_room(*consumers[index], config.max_pending_bytes)) {
-        chosen = consumers[index];
-        chosen_index = index;
-        break;
-      }
+subscription* broker::impl::consumer_with_room(queue& q, std::size_t& index) {
+  auto& consumers = q.consumers();
+  std::size_t n = consumers.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    index = (q.next_consumer() + i) % n;
+    if (has_room(*consumers[index], config.max_pending_bytes)) return consumers[index];
+  }
+  return nullptr;
+}
+
+void broker::impl::hand_out(const queue_ptr& q, subscription& chosen, queue_entry e, dispatch_writes& w) {
+  connection& c = *chosen.owner;
+  std::uint64_t tag = c.next_tag++;
+  ++q->counters.delivered;
+  if (chosen.mode == ack_mode::auto_ack) {
+    q->counters.removed(q->counters.acknowledged);
+    // auto: the message counts as acknowledged once it is written to the consumer; a stored
+    // entry goes for good once the batch of the pass is durable.
+    write_message(c, chosen, tag, e);
+    if (!e.stored) {
+      q->release_hold(e.key);
+    } else {
+      storage::erase_entry(w.auto_acks, e.key);
+      w.auto_acked.push_back(e.key);
     }
+    return;
+  }
+  if (config.persist_delivery_count_before_delivery && e.stored) {
+    // The count this delivery will have if it fails is durable before the consumer sees it.
+    w.counts.set_delivery_count(e.key.encode(), e.delivery_count + 1);
+    w.after_counts.emplace_back(c.id, tag);
+  } else {
+    write_message(c, chosen, tag, e);
+  }
+  c.tag_owner.emplace(tag, &chosen);
+  chosen.unacked.emplace(tag, delivery{q, std::move(e)});
+}
+
+void broker::impl::dispatch(const queue_ptr& q) {
+  dispatch_writes w;
+  std::uint64_t now = now_ms();
+  while (!q->consumers().empty()) {
+    std::size_t chosen_index = 0;
+    subscription* chosen = consumer_with_room(*q, chosen_index);
     if (!chosen) break;
     std::optional<queue_entry> popped = q->pop();
     if (!popped) break;
@@ -118,83 +140,63 @@ void broker::impl::dispatch(const queue_ptr& q) {
     // used up its delivery attempts (its count came back from storage after a crash) is a dead
     // letter.
     if (expired(e, now)) {
-      plan_move(q, std::move(e), move_reason::expired, moves, plans);
+      plan_move(q, std::move(e), move_reason::expired, w.moves, w.plans);
       continue;
     }
     if (dead_letter_due(q, e)) {
-      plan_move(q, std::move(e), move_reason::max_delivery_attempts, moves, plans);
+      plan_move(q, std::move(e), move_reason::max_delivery_attempts, w.moves, w.plans);
       continue;
     }
     // The turn passes only when a message was handed out, so round robin is fair to consumers
     // that were skipped when the queue ran dry.
     q->next_consumer() = chosen_index + 1;
+    hand_out(q, *chosen, std::move(e), w);
+  }
+  if (!w.auto_acks.empty()) submit_auto_acks(q, std::move(w.auto_acks), std::move(w.auto_acked));
+  if (!w.counts.empty()) submit_delivery_counts(std::move(w.counts), std::move(w.after_counts));
+  submit_moves(std::move(w.moves), std::move(w.plans));
+}
 
-    connection& c = *chosen->owner;
-    std::uint64_t tag = c.next_tag++;
-    ++q->counters.delivered;
-    if (chosen->mode == ack_mode::auto_ack) {
-      q->counters.removed(q->counters.acknowledged);
-      // auto: the message counts as acknowledged once it is written to the consumer; a stored
-      // entry goes for good once the batch below is durable.
-      write_message(c, *chosen, tag, e);
-      if (!e.stored) {
-        q->release_hold(e.key);
-      } else {
-        storage::erase_entry(auto_acks, e.key);
-        auto_acked.push_back(e.key);
-      }
-      continue;
+void broker::impl::submit_auto_acks(const queue_ptr& q, storage::batch b, std::vector<storage::entry_key> keys) {
+  submit(std::move(b), [q, keys = std::move(keys)](const storage::status& s) {
+    if (!s.ok()) {
+      // Delivered (auto: acknowledged when written) but still stored: they stay held, out of
+      // delivery, and come back once, redelivered, after a restart (docs/storage.md).
+      spdlog::warn("{} auto-acknowledged messages of {} not removed from the store: {}", keys.size(), q->name(),
+                   s.message());
+      return;
     }
-    if (config.persist_delivery_count_before_delivery && e.stored) {
-      // The count this delivery will have if it fails is durable before the consumer sees it.
-      counts.set_delivery_count(e.key.encode(), e.delivery_count + 1);
-      after_counts.emplace_back(c.id, tag);
-    } else {
-      write_message(c, *chosen, tag, e);
+    for (auto& k : keys) q->release_hold(k);
+  });
+}
+
+void broker::impl::submit_delivery_counts(storage::batch b,
+                                          std::vector<std::pair<std::uint64_t, std::uint64_t>> deliveries) {
+  submit(std::move(b), [this, deliveries = std::move(deliveries)](const storage::status& s) {
+    bool stored = s.ok();
+    // Each delivery still unacknowledged is written now (one acknowledged or returned meanwhile,
+    // or whose consumer left, is not). If the raised counts were refused, the deliveries stop:
+    // the messages go back to their queue with their old counts, offered again after a second.
+    for (auto [connection_id, tag] : deliveries) {
+      auto c = connections.find(connection_id);
+      if (c == connections.end()) continue;
+      auto owner = c->second->tag_owner.find(tag);
+      if (owner == c->second->tag_owner.end()) continue;
+      subscription& sub = *owner->second;
+      auto d = sub.unacked.find(tag);
+      if (d == sub.unacked.end()) continue;
+      if (stored) {
+        write_message(*c->second, sub, tag, d->second.entry);
+        continue;
+      }
+      delivery back = std::move(d->second);
+      sub.unacked.erase(d);
+      c->second->tag_owner.erase(owner);
+      --back.source->counters.delivered;
+      delay_redelivery(back.source, std::move(back.entry), kRefusedCountRetryMs);
     }
-    c.tag_owner.emplace(tag, chosen);
-    chosen->unacked.emplace(tag, delivery{q, std::move(e)});
-  }
-  if (!auto_acks.empty()) {
-    submit(std::move(auto_acks), [q, keys = std::move(auto_acked)](const storage::status& s) {
-      if (!s.ok()) {
-        // Delivered (auto: acknowledged when written) but still stored: they stay held, out of
-        // delivery, and come back once, redelivered, after a restart (docs/storage.md).
-        spdlog::warn("{} auto-acknowledged messages of {} not removed from the store: {}", keys.size(), q->name(),
-                     s.message());
-        return;
-      }
-      for (auto& k : keys) q->release_hold(k);
-    });
-  }
-  if (!counts.empty()) {
-    submit(std::move(counts), [this, deliveries = std::move(after_counts)](const storage::status& s) {
-      bool stored = s.ok();
-      // Each delivery still unacknowledged is written now (one acknowledged or returned meanwhile,
-      // or whose consumer left, is not). If the raised counts were refused, the deliveries stop:
-      // the messages go back to their queue with their old counts, offered again after a second.
-      for (auto [connection_id, tag] : deliveries) {
-        auto c = connections.find(connection_id);
-        if (c == connections.end()) continue;
-        auto owner = c->second->tag_owner.find(tag);
-        if (owner == c->second->tag_owner.end()) continue;
-        subscription& sub = *owner->second;
-        auto d = sub.unacked.find(tag);
-        if (d == sub.unacked.end()) continue;
-        if (stored) {
-          write_message(*c->second, sub, tag, d->second.entry);
-          continue;
-        }
-        delivery back = std::move(d->second);
-        sub.unacked.erase(d);
-        c->second->tag_owner.erase(owner);
-        --back.source->counters.delivered;
-        delay_redelivery(back.source, std::move(back.entry), kRefusedCountRetryMs);
-      }
-      if (!stored) spdlog::warn("deliveries stopped: their raised delivery counts were not stored: {}", s.message());
-    });
-  }
-  submit_moves(std::move(moves), std::move(plans));
+    if (!stored) spdlog::warn("deliveries stopped: their raised delivery counts were not stored: {}", s.message());
+  });
 }
 
 void broker::impl::handle_ack(const connection_ptr& c, const frame& f, bool positive) {

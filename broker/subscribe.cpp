@@ -33,6 +33,99 @@ queue_ptr broker::impl::find_durable(const connection& c, const std::string& nam
   return nullptr;
 }
 
+std::unique_ptr<subscription> broker::impl::new_subscription(const connection_ptr& c, const frame& f,
+                                                             const std::string& id) {
+  auto sub = std::make_unique<subscription>();
+  sub->id = id;
+  sub->owner = c.get();
+  std::string_view ack = f.get("ack", "auto");
+  if (ack == "auto") {
+    sub->mode = ack_mode::auto_ack;
+  } else if (ack == "client") {
+    sub->mode = ack_mode::client;
+  } else if (ack == "client-individual") {
+    sub->mode = ack_mode::client_individual;
+  } else {
+    error(*c, "invalid ack header '" + std::string(ack) + "': use auto, client or client-individual", &f);
+    return nullptr;
+  }
+  sub->window = config.consumer_window;
+  for (const char* h : {"prefetch-count", "activemq.prefetchSize"}) {
+    const std::string* w = f.find(h);
+    if (!w) continue;
+    std::uint32_t n = 0;
+    auto [end, ec] = std::from_chars(w->data(), w->data() + w->size(), n);
+    if (ec != std::errc() || end != w->data() + w->size() || n == 0) {
+      error(*c, std::string("invalid ") + h + " header '" + *w + "': use a positive integer", &f);
+      return nullptr;
+    }
+    if (n > config.max_consumer_window) {
+      error(*c, std::string(h) + " " + *w + " is above the broker's limit of " +
+                    std::to_string(config.max_consumer_window) +
+                    " unacknowledged messages per consumer (limits.max-consumer-window)", &f);
+      return nullptr;
+    }
+    sub->window = n;
+    break;
+  }
+  return sub;
+}
+
+queue_ptr broker::impl::durable_source(const connection_ptr& c, const frame& f, const std::string& topic_name,
+                                       const std::string& name, storage::batch& b, queue_ptr& created) {
+  if (c->info.client_id.empty())
+    return error(*c, "a durable subscription needs a client-id header on CONNECT", &f), nullptr;
+  if (queue_ptr existing = find_durable(*c, name)) {
+    std::string which = "durable subscription '" + name + "' of client '" + c->info.client_id + "'";
+    if (existing->dropping)
+      return error(*c, which + " is being ended; subscribe again once its UNSUBSCRIBE is answered", &f), nullptr;
+    if (existing->topic() != topic_name)
+      return error(*c, which + " listens to /topic/" + existing->topic() + "; unsubscribe it before reusing its name",
+                   &f),
+             nullptr;
+    if (!existing->consumers().empty()) return error(*c, which + " already has an active consumer", &f), nullptr;
+    return existing;
+  }
+  if (!permitted(*c, permission::create_durable_subscription, topic_name, &f)) return nullptr;
+  durable_id d{c->info.client_id, name, c->info.user};
+  if (!may_create_queue(*c, durable_key(d), &f)) return nullptr;
+  auto q = std::make_shared<queue>(next_queue_id++, durable_display_name(d), queue::kind::durable_subscription,
+                                   topic_name, &store, config.queue_memory_window);
+  q->storage_key = durable_key(d);
+  q->creator = c->info.user;
+  add_queue(q);
+  persist_queue_record(q, b);
+  return created = q;
+}
+
+queue_ptr broker::impl::subscription_source(const connection_ptr& c, const frame& f, const std::string& id,
+                                            storage::batch& b, queue_ptr& created) {
+  std::string_view dest = f.get("destination");
+  bool is_queue = dest.rfind("/queue/", 0) == 0 && dest.size() > 7;
+  bool is_topic = dest.rfind("/topic/", 0) == 0 && dest.size() > 7;
+  if (!is_queue && !is_topic)
+    return error(*c, "invalid destination '" + std::string(dest) + "': use /queue/NAME or /topic/NAME", &f), nullptr;
+  std::string name(dest.substr(7));
+  if (auto problem = name_problem(name))
+    return error(*c, "invalid destination '" + loggable(dest) + "': " + *problem, &f), nullptr;
+  const std::string* durable = durable_name(f);
+  if (durable)
+    if (auto problem = name_problem(*durable))
+      return error(*c, "invalid durable subscription name '" + loggable(*durable) + "': " + *problem, &f), nullptr;
+  if (!permitted(*c, permission::consume, name, &f)) return nullptr;
+  if (is_queue) {
+    if (!may_create_queue(*c, "q/" + name, &f)) return nullptr;
+    return find_or_create_queue(name, b, c->info.user);
+  }
+  if (durable) return durable_source(c, f, name, *durable, b, created);
+  // A non-durable subscription: an in-memory queue of its own, for as long as its consumer stays.
+  auto q = std::make_shared<queue>(next_queue_id++, "subscription-" + std::to_string(c->id) + "-" + id,
+                                   queue::kind::subscription, name, &store, config.queue_memory_window);
+  add_queue(q);
+  topics[name].subscriptions.push_back(q);
+  return q;
+}
+
 void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
   const std::string* destination = f.find("destination");
   if (!destination) return error(*c, "SUBSCRIBE frame has no destination header", &f);
@@ -45,89 +138,12 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
   if (c->subscriptions.size() >= config.max_subscriptions_per_connection)
     return error(*c, "too many subscriptions on this connection: " + std::to_string(c->subscriptions.size()) +
                          " (limits.max-subscriptions-per-connection)", &f);
-
-  auto sub = std::make_unique<subscription>();
-  sub->id = id;
-  sub->owner = c.get();
-  std::string_view ack = f.get("ack", "auto");
-  if (ack == "auto") {
-    sub->mode = ack_mode::auto_ack;
-  } else if (ack == "client") {
-    sub->mode = ack_mode::client;
-  } else if (ack == "client-individual") {
-    sub->mode = ack_mode::client_individual;
-  } else {
-    return error(*c, "invalid ack header '" + std::string(ack) + "': use auto, client or client-individual", &f);
-  }
-  sub->window = config.consumer_window;
-  for (const char* h : {"prefetch-count", "activemq.prefetchSize"}) {
-    if (const std::string* w = f.find(h)) {
-      std::uint32_t n = 0;
-      auto [end, ec] = std::from_chars(w->data(), w->data() + w->size(), n);
-      if (ec != std::errc() || end != w->data() + w->size() || n == 0)
-        return error(*c, std::string("invalid ") + h + " header '" + *w + "': use a positive integer", &f);
-      if (n > config.max_consumer_window)
-        return error(*c, std::string(h) + " " + *w + " is above the broker's limit of " +
-                             std::to_string(config.max_consumer_window) +
-                             " unacknowledged messages per consumer (limits.max-consumer-window)", &f);
-      sub->window = n;
-      break;
-    }
-  }
-
+  auto sub = new_subscription(c, f, id);
+  if (!sub) return;
   storage::batch b;
   queue_ptr created;  // a new durable subscription: it joins its topic once its record is stored
-  std::string_view dest = *destination;
-  bool named = (dest.rfind("/queue/", 0) == 0 || dest.rfind("/topic/", 0) == 0) && dest.size() > 7;
-  if (named)
-    if (auto problem = name_problem(dest.substr(7)))
-      return error(*c, "invalid destination '" + loggable(dest) + "': " + *problem, &f);
-  if (const std::string* name = durable_name(f))
-    if (auto problem = name_problem(*name))
-      return error(*c, "invalid durable subscription name '" + loggable(*name) + "': " + *problem, &f);
-  if (named && !permitted(*c, permission::consume, dest.substr(7), &f)) return;
-  if (dest.rfind("/queue/", 0) == 0 && dest.size() > 7) {
-    if (!may_create_queue(*c, "q/" + std::string(dest.substr(7)), &f)) return;
-    sub->source = find_or_create_queue(std::string(dest.substr(7)), b, c->info.user);
-  } else if (dest.rfind("/topic/", 0) == 0 && dest.size() > 7) {
-    std::string topic_name(dest.substr(7));
-    if (const std::string* name = durable_name(f)) {
-      if (c->info.client_id.empty())
-        return error(*c, "a durable subscription needs a client-id header on CONNECT", &f);
-      if (queue_ptr existing = find_durable(*c, *name)) {
-        if (existing->dropping)
-          return error(*c, "durable subscription '" + *name + "' of client '" + c->info.client_id +
-                               "' is being ended; subscribe again once its UNSUBSCRIBE is answered", &f);
-        if (existing->topic() != topic_name)
-          return error(*c, "durable subscription '" + *name + "' of client '" + c->info.client_id + "' listens to /topic/" +
-                               existing->topic() + "; unsubscribe it before reusing its name",
-                       &f);
-        if (!existing->consumers().empty())
-          return error(*c, "durable subscription '" + *name + "' of client '" + c->info.client_id +
-                               "' already has an active consumer", &f);
-        sub->source = existing;
-      } else {
-        if (!permitted(*c, permission::create_durable_subscription, topic_name, &f)) return;
-        durable_id d{c->info.client_id, *name, c->info.user};
-        if (!may_create_queue(*c, durable_key(d), &f)) return;
-        auto q = std::make_shared<queue>(next_queue_id++, durable_display_name(d), queue::kind::durable_subscription,
-                                         topic_name, &store, config.queue_memory_window);
-        q->storage_key = durable_key(d);
-        q->creator = c->info.user;
-        add_queue(q);
-        persist_queue_record(q, b);
-        sub->source = created = q;
-      }
-    } else {
-      auto q = std::make_shared<queue>(next_queue_id++, "subscription-" + std::to_string(c->id) + "-" + id,
-                                       queue::kind::subscription, topic_name, &store, config.queue_memory_window);
-      add_queue(q);
-      topics[topic_name].subscriptions.push_back(q);
-      sub->source = q;
-    }
-  } else {
-    return error(*c, "invalid destination '" + *destination + "': use /queue/NAME or /topic/NAME", &f);
-  }
+  sub->source = subscription_source(c, f, id, b, created);
+  if (!sub->source) return;
 
   queue_ptr source = sub->source;
   source->consumers().push_back(sub.get());

@@ -174,25 +174,34 @@ resource_manager::reply resource_manager::call(xa_verb verb, std::uint64_t conne
     r.code = XAER_PROTO;  // a prepare, commit or rollback of this branch is still being written
     return r;
   }
-  call_context c{verb, flags, b ? b->state : branch_state::none, association::none};
-  if (b) {
-    c.caller = association_of(connection, *b);
-    std::size_t others = b->associated.size() + b->suspended.size();
-    if (c.caller == association::here || c.caller == association::suspended_here) --others;
-    c.others_associated = others > 0;
-    c.has_work = !b->work.empty();
-    c.rolled_back_code = b->rolled_back_code;
-  } else {
-    c.caller = active_.count(connection) ? association::elsewhere : association::none;
-  }
-  decision d = decide(c);
+  decision d = decide(context_of(verb, flags, connection, b.get()));
   r.code = d.code;
   r.act = d.next;
   r.target = b;
-  bool has_record = b && (b->state == branch_state::prepared || is_heuristic(b->state));
-  r.had_record = has_record;
+  r.had_record = b && (b->state == branch_state::prepared || is_heuristic(b->state));
+  apply_decision(r, connection, x, who);
+  return r;
+}
 
-  switch (d.next) {
+call_context resource_manager::context_of(xa_verb verb, long flags, std::uint64_t connection, const branch* b) const {
+  call_context c{verb, flags, b ? b->state : branch_state::none, association::none};
+  if (!b) {
+    c.caller = active_.count(connection) ? association::elsewhere : association::none;
+    return c;
+  }
+  c.caller = association_of(connection, *b);
+  std::size_t others = b->associated.size() + b->suspended.size();
+  if (c.caller == association::here || c.caller == association::suspended_here) --others;
+  c.others_associated = others > 0;
+  c.has_work = !b->work.empty();
+  c.rolled_back_code = b->rolled_back_code;
+  return c;
+}
+
+void resource_manager::apply_decision(reply& r, std::uint64_t connection, const xid& x, const caller& who) {
+  branch_ptr b = r.target;
+  bool has_record = r.had_record;
+  switch (r.act) {
     case action::nothing: break;
     case action::create: {
       b = std::make_shared<branch>();
@@ -258,7 +267,6 @@ resource_manager::reply resource_manager::call(xa_verb verb, std::uint64_t conne
     case action::heuristic_rollback:
     case action::time_out: break;  // not decisions of decide()
   }
-  return r;
 }
 
 int resource_manager::finish(reply& r, const storage::status& outcome) {

@@ -133,6 +133,10 @@ class resource_manager {
   // xid is ambiguous.
   branch_ptr lookup(xa_verb verb, const xid& x, const caller& who, reply& r) const;
 
+  // call()'s steps: how the call stands towards the branch (for decide()), then what the decision
+  // does to the branch (r.act), filling r.write and r.work.
+  call_context context_of(xa_verb verb, long flags, std::uint64_t connection, const branch* b) const;
+  void apply_decision(reply& r, std::uint64_t connection, const xid& x, const caller& who);
   void set_state(branch& b, branch_state s);  // every change of a listed branch's state
   void tally(const branch& b, int delta);     // counts b in (+1) or out (-1) of tallies_
 
