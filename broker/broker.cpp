@@ -251,27 +251,30 @@ void broker::impl::error(connection& c, const std::string& problem, const frame*
   c.out->send_and_close(std::move(bytes));
 }
 
-storage::status broker::open() {
-  auto& m = *impl_;
-  // Every record read here must decode: a corrupted store stops escrowd at start (exit status 1)
-  // with the table and the key, rather than starting on a guess (docs/storage.md).
+// Every record read here must decode: a corrupted store stops escrowd at start (exit status 1)
+// with the table and the key, rather than starting on a guess (docs/storage.md).
+storage::status broker::impl::load_next_ids() {
   using storage::corrupt_record;
   using storage::table;
-  std::string value;
   storage::next_ids next;
-  if (storage::status s = storage::read_next_ids(m.store, next); !s.ok()) return s;
-  m.next_message_id = std::max(m.next_message_id, next.message);
-  m.next_queue_id = std::max(m.next_queue_id, next.queue);
+  if (storage::status s = storage::read_next_ids(store, next); !s.ok()) return s;
+  next_message_id = std::max(next_message_id, next.message);
+  next_queue_id = std::max(next_queue_id, next.queue);
   std::string last;
-  if (m.store.last_key(table::messages, last).ok()) {
+  if (store.last_key(table::messages, last).ok()) {
     std::uint64_t id = 0;
     if (!storage::parse_message_key(last, id))
       return corrupt_record(table::messages, last, "a message key is a u64 message id (8 bytes)");
-    m.next_message_id = std::max(m.next_message_id, id + 1);
+    next_message_id = std::max(next_message_id, id + 1);
   }
-  std::size_t loaded = 0;
+  return {};
+}
+
+storage::status broker::impl::load_queues(std::size_t& loaded) {
+  using storage::corrupt_record;
+  using storage::table;
   storage::status bad;
-  storage::status s = m.store.scan(table::queues, {}, {}, [&](std::string_view k, std::string_view v) {
+  storage::status s = store.scan(table::queues, {}, {}, [&](std::string_view k, std::string_view v) {
     storage::queue_record r;
     if (!storage::queue_record::decode(v, r)) {
       bad = corrupt_record(table::queues, k, "the queue record (u32 id, u8 kind, topic) does not decode");
@@ -288,41 +291,51 @@ storage::status broker::open() {
                                   : "a queue's key is q/NAME");
       return false;
     }
-    if (queue_ptr other = m.find_by_id(r.id)) {
+    if (queue_ptr other = find_by_id(r.id)) {
       bad = corrupt_record(table::queues, k, "its queue id " + std::to_string(r.id) + " is also the id of " +
                                                  storage::printable_key(other->storage_key));
       return false;
     }
     std::string display = is_sub ? durable_display_name(*durable) : name.substr(2);
     auto q = std::make_shared<queue>(r.id, display, is_sub ? queue::kind::durable_subscription : queue::kind::queue,
-                                     r.topic, &m.store, m.config.queue_memory_window);
+                                     r.topic, &store, config.queue_memory_window);
     q->start_unloaded();
     q->storage_key = name;
     q->creator = r.creator;
     q->record_durable = true;
-    m.add_queue(q);
-    if (is_sub) m.topics[r.topic].subscriptions.push_back(q);
-    m.next_queue_id = std::max(m.next_queue_id, r.id + 1);
+    add_queue(q);
+    if (is_sub) topics[r.topic].subscriptions.push_back(q);
+    next_queue_id = std::max(next_queue_id, r.id + 1);
     ++loaded;
     return true;
   });
   if (!s.ok()) return s;
-  if (!bad.ok()) return bad;
-  if (storage::status ds = m.count_depths(); !ds.ok()) return ds;
+  return bad;
+}
 
+storage::status broker::impl::load_branches(std::size_t& prepared) {
   // Prepared and heuristically completed branches come back before any consumer: the entries they
   // consumed stay held (never delivered), their sends stay invisible until the manager decides.
-  if (storage::status rs = m.rm.load(m.store); !rs.ok()) return rs;
-  std::size_t prepared = 0;
-  for (const auto& [id, b] : m.rm.branches()) {
+  if (storage::status rs = rm.load(store); !rs.ok()) return rs;
+  for (const auto& [id, b] : rm.branches()) {
     ++prepared;
     // What they hold counts in limits.max-transaction-bytes-per-user, as it did before the restart.
     for (const auto& send : b->work.sends) b->staged_bytes += send.msg->record.encoded_size();
-    if (b->staged_bytes > 0) m.transaction_bytes_by_user[b->owner] += b->staged_bytes;
+    if (b->staged_bytes > 0) transaction_bytes_by_user[b->owner] += b->staged_bytes;
     for (const auto& c : b->work.consumed)
-      if (queue_ptr q = m.find_by_id(c.key.queue_id)) q->hold(c.key);
+      if (queue_ptr q = find_by_id(c.key.queue_id)) q->hold(c.key);
   }
-  m.next_message_id = std::max(m.next_message_id, m.rm.max_staged_message_id() + 1);
+  next_message_id = std::max(next_message_id, rm.max_staged_message_id() + 1);
+  return {};
+}
+
+storage::status broker::open() {
+  auto& m = *impl_;
+  std::size_t loaded = 0, prepared = 0;
+  if (storage::status s = m.load_next_ids(); !s.ok()) return s;
+  if (storage::status s = m.load_queues(loaded); !s.ok()) return s;
+  if (storage::status ds = m.count_depths(); !ds.ok()) return ds;
+  if (storage::status s = m.load_branches(prepared); !s.ok()) return s;
   // The expiry and dead letter queues the settings name exist from the start, visible to browsers
   // and consumers before anything is moved there.
   storage::batch created;

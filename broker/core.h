@@ -432,6 +432,13 @@ struct broker::impl {
   // The queues named by every expiry and dead letter address in the settings, created if missing.
   void create_undelivered_queues(storage::batch& b);
 
+  // broker::open's steps (broker.cpp): the next ids, the queues and durable subscriptions (their
+  // count in `loaded`), the prepared and heuristic branches (their count in `prepared`, their
+  // consumed entries held).
+  storage::status load_next_ids();
+  storage::status load_queues(std::size_t& loaded);
+  storage::status load_branches(std::size_t& prepared);
+
   // Metrics (metrics_collect.cpp). Sets each queue's depth from the entries in storage: one
   // key-only pass over the entries table at open.
   storage::status count_depths();  // starts the background count (metrics_collect.cpp)
