@@ -13,11 +13,11 @@
 #include <charconv>
 #include <limits>
 
-#include "admin_json.h"
 #include "admin_store.h"
 #include "core.h"
 #include "durable_name.h"
 #include "escrow/storage/store.h"
+#include "json.h"
 
 namespace escrow::broker {
 
@@ -71,25 +71,23 @@ std::unordered_map<const queue*, std::uint64_t> in_flight_by_queue(
   return out;
 }
 
-void write_queue(json_writer& j, const queue& q, std::uint64_t in_flight, std::uint64_t oldest_ms,
-                 std::uint64_t now) {
+json::object queue_json(const queue& q, std::uint64_t in_flight, std::uint64_t oldest_ms, std::uint64_t now) {
   const queue_counters& n = q.counters;
-  j.begin_object()
-      .field("name", q.name())
-      .field("kind", queue::kind_name(q.type()))
-      .field("depth", n.depth > 0 ? static_cast<std::uint64_t>(n.depth) : 0)
-      .field("in_flight", in_flight)
-      .field("consumers", q.consumers().size())
-      .field("enqueued", n.enqueued)
-      .field("delivered", n.delivered)
-      .field("acknowledged", n.acknowledged)
-      .field("expired", n.expired)
-      .field("dead_lettered", n.dead_lettered)
-      .field("redelivered", n.redelivered);
-  j.key("oldest_age_ms");
-  if (oldest_ms == 0) j.null();
-  else j.value(now > oldest_ms ? now - oldest_ms : 0);
-  if (!q.topic().empty()) j.field("topic", q.topic());
+  json::object j{{"name", q.name()},
+                 {"kind", queue::kind_name(q.type())},
+                 {"depth", n.depth > 0 ? static_cast<std::uint64_t>(n.depth) : 0},
+                 {"in_flight", in_flight},
+                 {"consumers", q.consumers().size()},
+                 {"enqueued", n.enqueued},
+                 {"delivered", n.delivered},
+                 {"acknowledged", n.acknowledged},
+                 {"expired", n.expired},
+                 {"dead_lettered", n.dead_lettered},
+                 {"redelivered", n.redelivered},
+                 {"oldest_age_ms", nullptr}};
+  if (oldest_ms != 0) j["oldest_age_ms"] = now > oldest_ms ? now - oldest_ms : 0;
+  if (!q.topic().empty()) j["topic"] = q.topic();
+  return j;
 }
 
 }  // namespace
@@ -154,41 +152,24 @@ admin_outcome broker::impl::admin_status() const {
   s.listeners = listeners;
   s.listeners_up = !listeners.empty();
   s.queues.clear();  // `escrow queues` lists them
-  json_writer j;
-  j.begin_object()
-      .field("version", s.version)
-      .field("uptime_seconds", s.uptime_seconds)
-      .field("data_dir", config.data_dir);
-  j.key("listeners").begin_array();
-  for (const auto& l : s.listeners) j.value(l);
-  j.end_array();
-  j.field("connections", s.connections);
-  j.key("store")
-      .begin_object()
-      .field("writable", s.store.writable)
-      .field("commits", s.store.commits)
-      .field("batches", s.store.batches)
-      .field("map_size_bytes", s.store.map_size_bytes)
-      .field("map_used_bytes", s.store.map_used_bytes)
-      .field("file_bytes", s.store.file_bytes)
-      .end_object();
   std::uint64_t queue_count = 0;
   for (const auto& [kind, n] : s.totals.queues_by_kind) queue_count += n;
-  j.key("totals")
-      .begin_object()
-      .field("queues", queue_count)
-      .field("depth", s.totals.depth)
-      .field("enqueued", s.totals.enqueued)
-      .field("acknowledged", s.totals.acknowledged)
-      .field("expired", s.expired)
-      .field("expired_dropped", s.expired_dropped)
-      .field("dead_lettered", s.dead_lettered)
-      .field("dead_letters_dropped", s.dead_letters_dropped)
-      .end_object();
-  j.key("branches").begin_object();
-  for (const auto& [state, n] : s.branches_by_state) j.field(state, n);
-  j.end_object().end_object();
-  return ok(j.str());
+  json::object branches;
+  for (const auto& [state, n] : s.branches_by_state) branches[state] = n;
+  return ok(to_json(json::object{
+      {"version", s.version},
+      {"uptime_seconds", json_seconds(s.uptime_seconds)},
+      {"data_dir", config.data_dir},
+      {"listeners", json::array(s.listeners.begin(), s.listeners.end())},
+      {"connections", s.connections},
+      {"store", {{"writable", s.store.writable}, {"commits", s.store.commits}, {"batches", s.store.batches},
+                 {"map_size_bytes", s.store.map_size_bytes}, {"map_used_bytes", s.store.map_used_bytes},
+                 {"file_bytes", s.store.file_bytes}}},
+      {"totals", {{"queues", queue_count}, {"depth", s.totals.depth}, {"enqueued", s.totals.enqueued},
+                  {"acknowledged", s.totals.acknowledged}, {"expired", s.expired},
+                  {"expired_dropped", s.expired_dropped}, {"dead_lettered", s.dead_lettered},
+                  {"dead_letters_dropped", s.dead_letters_dropped}}},
+      {"branches", std::move(branches)}}));
 }
 
 std::optional<admin_outcome> broker::impl::page_asked(const frame& f, page_request& out) const {
@@ -229,10 +210,8 @@ admin_outcome broker::impl::admin_queues(const frame& f) const {
       break;
     }
     auto fl = in_flight.find(q.get());
-    json_writer j;
-    write_queue(j, *q, fl == in_flight.end() ? 0 : fl->second, oldest_stored_timestamp(store, q->id()), now);
-    j.end_object();
-    if (!page.add(0, j.str(), cursor_escape(key))) {
+    if (!page.add(0, queue_json(*q, fl == in_flight.end() ? 0 : fl->second, oldest_stored_timestamp(store, q->id()), now),
+                  cursor_escape(key))) {
       more = true;
       break;
     }
@@ -246,29 +225,23 @@ admin_outcome broker::impl::admin_queue_show(const frame& f) {
   if (!q) return {"not-found", "no queue or durable subscription named '" + name + "' (escrow queues lists them)", {}};
   auto in_flight = in_flight_by_queue(connections);
   auto it = in_flight.find(q.get());
-  json_writer j;
-  write_queue(j, *q, it == in_flight.end() ? 0 : it->second, oldest_stored_timestamp(store, q->id()), now_ms());
+  json::object j =
+      queue_json(*q, it == in_flight.end() ? 0 : it->second, oldest_stored_timestamp(store, q->id()), now_ms());
   const address_settings& s = settings_for(q->address());
-  j.key("settings")
-      .begin_object()
-      .field("address", q->address())
-      .field("dead_letter_address", s.dead_letter_address)
-      .field("expiry_address", s.expiry_address)
-      .field("max_delivery_attempts", s.max_delivery_attempts)
-      .field("expiry_delay_ms", s.expiry_delay_ms)
-      .field("redelivery_delay_ms", s.redelivery_delay_ms)
-      .end_object();
-  j.key("consumers_detail").begin_array();
-  for (const subscription* sub : q->consumers()) {
-    j.begin_object()
-        .field("connection", sub->owner ? sub->owner->id : 0)
-        .field("subscription", sub->id)
-        .field("ack", ack_name(sub->mode))
-        .field("in_flight", sub->unacked.size())
-        .end_object();
-  }
-  j.end_array().end_object();
-  return ok(j.str());
+  j["settings"] = {{"address", q->address()},
+                   {"dead_letter_address", s.dead_letter_address},
+                   {"expiry_address", s.expiry_address},
+                   {"max_delivery_attempts", s.max_delivery_attempts},
+                   {"expiry_delay_ms", s.expiry_delay_ms},
+                   {"redelivery_delay_ms", s.redelivery_delay_ms}};
+  json::array consumers;
+  for (const subscription* sub : q->consumers())
+    consumers.push_back(json::object{{"connection", sub->owner ? sub->owner->id : 0},
+                                     {"subscription", sub->id},
+                                     {"ack", ack_name(sub->mode)},
+                                     {"in_flight", sub->unacked.size()}});
+  j["consumers_detail"] = std::move(consumers);
+  return ok(to_json(std::move(j)));
 }
 
 // Connections by id; the cursor is the id of the last one.
@@ -288,23 +261,20 @@ admin_outcome broker::impl::admin_connections(const frame& f) const {
       more = true;
       break;
     }
-    json_writer j;
     std::size_t in_flight = 0;
     for (const auto& [sid, sub] : c->subscriptions) in_flight += sub->unacked.size();
     rm::branch_ptr xa = rm.associated_branch(id);
-    j.begin_object()
-        .field("id", id)
-        .field("peer", c->info.peer)
-        .field("user", c->info.user)
-        .field("login", c->info.login)
-        .field("client_id", c->info.client_id)
-        .field("version", std::string(to_string(c->info.version)))
-        .field("subscriptions", c->subscriptions.size())
-        .field("in_flight", in_flight)
-        .field("transactions", c->transactions.size())
-        .field("xa_branch", xa ? xa->id.to_string() : std::string())
-        .end_object();
-    if (!page.add(0, j.str(), std::to_string(id))) {
+    json::object j{{"id", id},
+                   {"peer", c->info.peer},
+                   {"user", c->info.user},
+                   {"login", c->info.login},
+                   {"client_id", c->info.client_id},
+                   {"version", to_string(c->info.version)},
+                   {"subscriptions", c->subscriptions.size()},
+                   {"in_flight", in_flight},
+                   {"transactions", c->transactions.size()},
+                   {"xa_branch", xa ? xa->id.to_string() : std::string()}};
+    if (!page.add(0, std::move(j), std::to_string(id))) {
       more = true;
       break;
     }
@@ -346,18 +316,15 @@ admin_outcome broker::impl::admin_subscriptions(const frame& f) const {
         const auto& [sid, sub] = *sit;
         if (page.full()) return ok(page.finish(true));
         const queue& q = *sub->source;
-        json_writer j;
-        j.begin_object()
-            .field("connection", id)
-            .field("id", sid)
-            .field("kind", queue::kind_name(q.type()))
-            .field("destination", q.type() == queue::kind::queue ? "/queue/" + q.name() : "/topic/" + q.topic())
-            .field("queue", q.name())
-            .field("ack", ack_name(sub->mode))
-            .field("in_flight", sub->unacked.size())
-            .field("depth", q.counters.depth > 0 ? q.counters.depth : 0)
-            .end_object();
-        if (!page.add(0, j.str(), "c:" + std::to_string(id) + ":" + cursor_escape(sid))) return ok(page.finish(true));
+        json::object j{{"connection", id},
+                       {"id", sid},
+                       {"kind", queue::kind_name(q.type())},
+                       {"destination", q.type() == queue::kind::queue ? "/queue/" + q.name() : "/topic/" + q.topic()},
+                       {"queue", q.name()},
+                       {"ack", ack_name(sub->mode)},
+                       {"in_flight", sub->unacked.size()},
+                       {"depth", q.counters.depth > 0 ? q.counters.depth : 0}};
+        if (!page.add(0, std::move(j), "c:" + std::to_string(id) + ":" + cursor_escape(sid))) return ok(page.finish(true));
       }
     }
   }
@@ -370,17 +337,14 @@ admin_outcome broker::impl::admin_subscriptions(const frame& f) const {
       break;
     }
     durable_id d = parse_durable_key(key).value_or(durable_id{});
-    json_writer j;
-    j.begin_object()
-        .field("name", q->name())
-        .field("client_id", d.client_id)
-        .field("subscription", d.name)
-        .field("user", d.owner)
-        .field("topic", q->topic())
-        .field("active", !q->consumers().empty())
-        .field("depth", q->counters.depth > 0 ? q->counters.depth : 0)
-        .end_object();
-    if (!page.add(1, j.str(), "d:" + cursor_escape(key))) {
+    json::object j{{"name", q->name()},
+                   {"client_id", d.client_id},
+                   {"subscription", d.name},
+                   {"user", d.owner},
+                   {"topic", q->topic()},
+                   {"active", !q->consumers().empty()},
+                   {"depth", q->counters.depth > 0 ? q->counters.depth : 0}};
+    if (!page.add(1, std::move(j), "d:" + cursor_escape(key))) {
       more = true;
       break;
     }
@@ -423,9 +387,7 @@ void broker::impl::admin_subscription_delete(const frame& f, admin_done done) {
   submit(std::move(b), [this, q, done = std::move(done), name = q->name(), depth](const storage::status& s) {
     finish_drop(q, s.ok());
     if (!s.ok()) return done({"refused", "deleting " + name + " was not stored: " + s.message(), {}});
-    json_writer j;
-    j.begin_object().field("deleted", name).field("messages", depth > 0 ? depth : 0).end_object();
-    done(ok(j.str()));
+    done(ok(to_json(json::object{{"deleted", name}, {"messages", depth > 0 ? depth : 0}})));
   });
 }
 

@@ -18,9 +18,9 @@
 #include <filesystem>
 #include <system_error>
 
-#include "admin_json.h"
 #include "core.h"
 #include "escrow/storage/store.h"
+#include "json.h"
 
 namespace escrow::broker {
 namespace {
@@ -139,14 +139,8 @@ void broker::impl::admin_backup(const frame& f, admin_done done) {
         done({"refused", "backup to " + dir + " failed: " + s.message(), {}});
       } else {
         spdlog::info("backup to {} done: {} bytes in {:.3f} s", dir, bytes, seconds);
-        json_writer j;
-        j.begin_object()
-            .field("path", dir)
-            .field("compact", compact)
-            .field("bytes", bytes)
-            .field("seconds", seconds)
-            .end_object();
-        done({"ok", {}, j.str()});
+        done({"ok", {}, to_json(json::object{{"path", dir}, {"compact", compact}, {"bytes", bytes},
+                                             {"seconds", json_seconds(seconds)}})});
       }
       flush();
     });

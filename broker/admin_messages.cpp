@@ -13,10 +13,11 @@
 
 #include <fmt/format.h>
 
-#include "admin_json.h"
 #include "admin_store.h"
 #include "core.h"
 #include "escrow/storage/store.h"
+#include "json.h"
+#include "names.h"
 
 namespace escrow::broker {
 
@@ -56,35 +57,30 @@ admin_outcome broker::impl::admin_browse(const frame& f) const {
   std::vector<stored_entry> entries;
   if (storage::status s = read_stored_entries(store, q->id(), count, true, entries); !s.ok())
     return {"refused", "cannot read queue " + name + ": " + s.message(), {}};
-  json_writer j;
-  j.begin_object().field("queue", q->name()).key("messages").begin_array();
+  json::array messages;
   for (const auto& e : entries) {
-    j.begin_object()
-        .field("message_id", e.key.message_id)
-        .field("priority", static_cast<unsigned>(e.key.priority))
-        .field("delivery_count", e.delivery_count)
-        // held: in flight, in a transaction branch, waiting out a redelivery delay or being moved
-        .field("state", q->is_held(e.key) ? "held" : "ready")
-        .field("readable", e.readable);
+    json::object m{{"message_id", e.key.message_id},
+                   {"priority", static_cast<unsigned>(e.key.priority)},
+                   {"delivery_count", e.delivery_count},
+                   // held: in flight, in a transaction branch, waiting out a redelivery delay or being moved
+                   {"state", q->is_held(e.key) ? "held" : "ready"},
+                   {"readable", e.readable}};
     if (e.readable) {
       const storage::message_record& r = e.record;
-      j.field("destination", r.destination)
-          .field("timestamp", r.timestamp)
-          .field("expires", r.expires)
-          .field("persistent", r.persistent);
-      j.key("headers").begin_object();
-      std::vector<std::string_view> seen;
-      for (const auto& [hn, hv] : r.headers) {
-        if (std::find(seen.begin(), seen.end(), hn) != seen.end()) continue;  // the first one counts
-        seen.push_back(hn);
-        j.field(hn, hv);
-      }
-      j.end_object().field("body_bytes", r.body.size()).field("body_utf8", is_utf8(r.body)).field("body", r.body);
+      json::object headers;
+      for (const auto& [hn, hv] : r.headers) headers.emplace(hn, hv);  // the first one counts
+      m["destination"] = r.destination;
+      m["timestamp"] = r.timestamp;
+      m["expires"] = r.expires;
+      m["persistent"] = r.persistent;
+      m["headers"] = std::move(headers);
+      m["body_bytes"] = r.body.size();
+      m["body_utf8"] = is_utf8(r.body);
+      m["body"] = r.body;
     }
-    j.end_object();
+    messages.push_back(std::move(m));
   }
-  j.end_array().end_object();
-  return {"ok", {}, j.str()};
+  return {"ok", {}, to_json(json::object{{"queue", q->name()}, {"messages", std::move(messages)}})};
 }
 
 void broker::impl::admin_purge(const frame& f, admin_done done) {
@@ -186,17 +182,14 @@ storage::status read_sweep_page(const storage::store& st, queue_sweep& s, std::v
 
 // The JSON answer: what the sweep did (so far, when it was cut short).
 std::string sweep_json(const queue_sweep& s) {
-  json_writer j;
-  j.begin_object();
-  if (is_purge(s)) j.field("queue", s.from->name()).field("purged", s.handled).field("held_left", s.held);
-  else
-    j.field("from", s.from->name()).field("to", s.destination).field("moved", s.handled).field("held_skipped", s.held);
-  j.field("depth_at_start", s.depth_at_start)
-      .field("slices", s.slices)
-      .field("seconds", seconds_since(s.started))
-      .field("complete", s.at_end)
-      .end_object();
-  return j.str();
+  json::object j;
+  if (is_purge(s)) j = {{"queue", s.from->name()}, {"purged", s.handled}, {"held_left", s.held}};
+  else j = {{"from", s.from->name()}, {"to", s.destination}, {"moved", s.handled}, {"held_skipped", s.held}};
+  j["depth_at_start"] = s.depth_at_start;
+  j["slices"] = s.slices;
+  j["seconds"] = json_seconds(seconds_since(s.started));
+  j["complete"] = s.at_end;
+  return to_json(std::move(j));
 }
 
 // "purged 3000 of the 20000 messages in orders when the purge began". (Just after a start the

@@ -4,9 +4,9 @@
 // forgetting a heuristically completed one. docs/operations.md, "Resolving in-doubt transactions".
 #include <spdlog/spdlog.h>
 
-#include "admin_json.h"
 #include "core.h"
 #include "escrow/xa.h"
+#include "json.h"
 
 namespace escrow::broker {
 
@@ -37,29 +37,24 @@ admin_outcome broker::impl::admin_xa_list(const frame& f) const {
       more = true;
       break;
     }
-    json_writer j;
-    j.begin_object()
-        .field("xid", id.second.to_string())
-        .field("user", b->owner)
-        .field("state", rm::to_string(b->state))
-        .field("local", b->local)
-        .field("created_ms", b->created_ms)
-        .field("age_ms", now > b->created_ms ? now - b->created_ms : 0);
-    j.key("sent").begin_array();
+    json::array sent, consumed;
     for (const auto& s : b->work.sends) {
-      j.begin_object().field("message_id", s.msg ? s.msg->id : 0).key("queues").begin_array();
-      for (const auto& t : s.targets) j.value(queue_name(t.key.queue_id));
-      j.end_array().end_object();
+      json::array queues;
+      for (const auto& t : s.targets) queues.push_back(json::string(queue_name(t.key.queue_id)));
+      sent.push_back(json::object{{"message_id", s.msg ? s.msg->id : 0}, {"queues", std::move(queues)}});
     }
-    j.end_array().key("consumed").begin_array();
     for (const auto& c : b->work.consumed)
-      j.begin_object()
-          .field("message_id", c.key.message_id)
-          .field("queue", queue_name(c.key.queue_id))
-          .field("nack", c.negative)
-          .end_object();
-    j.end_array().end_object();
-    if (!page.add(0, j.str(), cursor_escape(id.first, ":") + ":" + id.second.to_string())) {
+      consumed.push_back(json::object{
+          {"message_id", c.key.message_id}, {"queue", queue_name(c.key.queue_id)}, {"nack", c.negative}});
+    json::object j{{"xid", id.second.to_string()},
+                   {"user", b->owner},
+                   {"state", rm::to_string(b->state)},
+                   {"local", b->local},
+                   {"created_ms", b->created_ms},
+                   {"age_ms", now > b->created_ms ? now - b->created_ms : 0},
+                   {"sent", std::move(sent)},
+                   {"consumed", std::move(consumed)}};
+    if (!page.add(0, std::move(j), cursor_escape(id.first, ":") + ":" + id.second.to_string())) {
       more = true;
       break;
     }
@@ -82,9 +77,7 @@ void broker::impl::admin_xa_decide(const connection_ptr& c, const frame& f, admi
   std::string state = rm::to_string(b->state);
   auto answer = [done = std::move(done), id = x->to_string(), command](int code, const std::string& refusal) {
     if (code != XA_OK) return done({"refused", refusal + " (" + xa_result_name(code) + ")", {}});
-    json_writer j;
-    j.begin_object().field("xid", id).field("done", command).end_object();
-    done({"ok", {}, j.str()});
+    done({"ok", {}, to_json(json::object{{"xid", id}, {"done", command}})});
   };
   if (command == "xa-forget") {
     if (!rm::is_heuristic(b->state))

@@ -5,11 +5,8 @@
 #include <fmt/format.h>
 
 namespace escrow::broker {
-namespace {
 
-// One UTF-8 sequence at the start of `s`: its code point and length; length 0 when malformed
-// (overlong forms, surrogates and values above U+10FFFF included).
-std::pair<char32_t, std::size_t> decode_one(std::string_view s) {
+std::pair<char32_t, std::size_t> decode_utf8(std::string_view s) {
   auto b = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
   unsigned char c = b(0);
   if (c < 0x80) return {c, 1};
@@ -25,6 +22,14 @@ std::pair<char32_t, std::size_t> decode_one(std::string_view s) {
   return {cp, n};
 }
 
+bool is_utf8(std::string_view text) {
+  for (std::size_t i = 0, n = 0; i < text.size(); i += n)
+    if ((n = decode_utf8(text.substr(i)).second) == 0) return false;
+  return true;
+}
+
+namespace {
+
 // Characters that do not show as themselves: C0 and C1 controls, DEL, and the invisible and
 // bidirectional formatting characters (Unicode category Cf that renders as nothing).
 const char* hidden_kind(char32_t cp) {
@@ -39,7 +44,7 @@ const char* hidden_kind(char32_t cp) {
 
 std::optional<std::string> name_problem(std::string_view name) {
   for (std::size_t i = 0; i < name.size();) {
-    auto [cp, n] = decode_one(name.substr(i));
+    auto [cp, n] = decode_utf8(name.substr(i));
     if (n == 0) return fmt::format("it is not UTF-8 (byte {})", i);
     if (const char* kind = hidden_kind(cp)) return fmt::format("it contains U+{:04X}, {}, at byte {}", static_cast<std::uint32_t>(cp), kind, i);
     i += n;
@@ -51,7 +56,7 @@ std::string loggable(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {
-    auto [cp, n] = decode_one(text.substr(i));
+    auto [cp, n] = decode_utf8(text.substr(i));
     if (n == 0) {
       out += fmt::format("\\x{:02x}", static_cast<unsigned char>(text[i]));
       ++i;

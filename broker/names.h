@@ -7,8 +7,15 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace escrow::broker {
+
+// One UTF-8 sequence at the start of `s` (not empty): its code point and length; length 0 when
+// malformed (overlong forms, surrogates and values above U+10FFFF included).
+std::pair<char32_t, std::size_t> decode_utf8(std::string_view s);
+// Whether `text` is well-formed UTF-8.
+bool is_utf8(std::string_view text);
 
 // Why `name` cannot be a name, e.g. "it contains U+200B (zero-width or formatting) at byte 5";
 // nullopt when it can.

@@ -132,6 +132,21 @@ def test_browse_leaves_the_queue_unchanged(broker, stomp_client):
     assert got == [f"body-{i}" for i in range(5)]
 
 
+def test_browse_answers_valid_json_for_bytes_that_are_not_utf8(broker, raw):
+    """A header value and a body that are not UTF-8: each stray byte is U+FFFD in the JSON
+    (docs/operations.md), body_utf8 says so, and the escrow command reads the answer."""
+    q = unique("nu")
+    s = raw(broker)
+    s.connect()
+    s.send(b"SEND\ndestination:/queue/" + q.encode() + b"\nx-bytes:a\xffb\xc0\x80\nreceipt:sent\n\n"
+           b"caf\xc3\xa9 \xfe\0")
+    f = s.read_frame()
+    assert (f.command, f.headers.get("receipt-id")) == ("RECEIPT", "sent"), f
+    (m,) = ok_json(broker, "browse", q)["messages"]
+    assert m["headers"]["x-bytes"] == "a\ufffdb\ufffd\ufffd"
+    assert m["body"] == "caf\u00e9 \ufffd" and m["body_utf8"] is False and m["body_bytes"] == 7
+
+
 def test_connections_and_subscriptions_durable_ones_with_depth(broker, stomp_client):
     topic, q = unique("tp"), unique("cq")
     client_id, name = unique("cid"), unique("dur")

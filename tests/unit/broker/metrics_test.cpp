@@ -1,6 +1,7 @@
 // broker/metrics.cpp and status_json.cpp: the Prometheus text format and the /status JSON.
 #include <doctest/doctest.h>
 
+#include <boost/json/parse.hpp>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -118,6 +119,17 @@ TEST_CASE("/status JSON escapes names and lists every queue") {
   CHECK(contains(json, "\"name\":\"a\\\"b\\\\c\\nd\""));
   CHECK(contains(json, "\"connections\":3"));
   CHECK(contains(json, "\"prepared\":2"));
+}
+
+TEST_CASE("/status JSON stays valid for a queue name that is not UTF-8 (one stored before names were checked)") {
+  metrics_snapshot s = sample_snapshot();
+  s.queues[0].name = "bad\xff\xc0\x80name\xe2\x82";  // a stray byte, an overlong NUL, a cut-short sequence
+  s.uptime_seconds = 12.3456;
+  boost::json::value v = boost::json::parse(write_status_json(s));  // throws on invalid UTF-8
+  CHECK(v.at("queues").at(0).at("name") == "bad\uFFFD\uFFFD\uFFFDname\uFFFD\uFFFD");
+  CHECK(v.at("queues").at(0).at("depth") == 3);
+  CHECK(v.at("uptime_seconds") == 12.346);
+  CHECK(v.at("listeners_up") == false);
 }
 
 TEST_CASE("the queues kept for their own series: all up to the limit, then the deepest, ties by name") {
