@@ -262,6 +262,11 @@ struct broker::impl {
                            const std::string& name, storage::batch& b, queue_ptr& created);
   void handle_unsubscribe(const connection_ptr& c, const frame& f);
   void handle_ack(const connection_ptr& c, const frame& f, bool positive);
+  // The subscription and ack tag an ACK or NACK names (by id in STOMP 1.2, by message-id before);
+  // null after the ERROR when it names none of this connection's unacknowledged messages.
+  subscription* acked_subscription(const connection_ptr& c, const frame& f, std::uint64_t& tag);
+  // The stored entries an ACK removed, once its batch is done: gone for good, or (refused) offered again.
+  void finish_acks(std::vector<delivery>& removed, bool stored);
   void handle_disconnect(const connection_ptr& c, const frame& f);
   void handle_transaction(const connection_ptr& c, const frame& f);  // BEGIN, COMMIT, ABORT
   void handle_xa(const connection_ptr& c, const frame& f);           // XA-* frames

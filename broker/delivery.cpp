@@ -199,38 +199,57 @@ void broker::impl::submit_delivery_counts(storage::batch b,
   });
 }
 
-void broker::impl::handle_ack(const connection_ptr& c, const frame& f, bool positive) {
+subscription* broker::impl::acked_subscription(const connection_ptr& c, const frame& f, std::uint64_t& tag) {
   const std::string& verb = f.command;
-  subscription* sub = nullptr;
-  std::uint64_t tag = 0;
   if (c->info.version == stomp_version::v1_2) {
     const std::string* id = f.find("id");
-    if (!id) return error(*c, verb + " frame has no id header (required in STOMP 1.2)", &f);
+    if (!id) return error(*c, verb + " frame has no id header (required in STOMP 1.2)", &f), nullptr;
     auto [end, ec] = std::from_chars(id->data(), id->data() + id->size(), tag);
     auto owner = c->tag_owner.end();
     if (ec == std::errc() && end == id->data() + id->size()) owner = c->tag_owner.find(tag);
     if (owner == c->tag_owner.end())
-      return error(*c, verb + " names id '" + *id + "', which is not an unacknowledged message of this connection", &f);
-    sub = owner->second;
-  } else {
-    // STOMP 1.0 and 1.1 name the message by message-id (and, in 1.1, the subscription).
-    const std::string* mid = f.find("message-id");
-    if (!mid) return error(*c, verb + " frame has no message-id header", &f);
-    const std::string* sid = f.find("subscription");
-    for (auto& [id, s] : c->subscriptions) {
-      if (sid && id != *sid) continue;
-      for (auto& [t, d] : s->unacked) {
-        if (std::to_string(d.entry.key.message_id) == *mid) {
-          sub = s.get();
-          tag = t;
-          break;
-        }
-      }
-      if (sub) break;
-    }
-    if (!sub) return error(*c, verb + " names message-id '" + *mid + "', which is not an unacknowledged message of this connection", &f);
+      return error(*c, verb + " names id '" + *id + "', which is not an unacknowledged message of this connection",
+                   &f),
+             nullptr;
+    return owner->second;
   }
+  // STOMP 1.0 and 1.1 name the message by message-id (and, in 1.1, the subscription).
+  const std::string* mid = f.find("message-id");
+  if (!mid) return error(*c, verb + " frame has no message-id header", &f), nullptr;
+  const std::string* sid = f.find("subscription");
+  for (auto& [id, s] : c->subscriptions) {
+    if (sid && id != *sid) continue;
+    for (auto& [t, d] : s->unacked) {
+      if (std::to_string(d.entry.key.message_id) != *mid) continue;
+      tag = t;
+      return s.get();
+    }
+  }
+  return error(*c, verb + " names message-id '" + *mid + "', which is not an unacknowledged message of this connection",
+               &f),
+         nullptr;
+}
 
+void broker::impl::finish_acks(std::vector<delivery>& removed, bool stored) {
+  std::vector<queue_ptr> touched;
+  for (auto& d : removed) {
+    if (stored) {
+      d.source->release_hold(d.entry.key);
+      continue;
+    }
+    --d.source->counters.acknowledged;
+    ++d.source->counters.depth;
+    ++d.entry.delivery_count;
+    offer_again(d.source, std::move(d.entry));
+    touched.push_back(d.source);
+  }
+  for (auto& q : touched) dispatch(q);
+}
+
+void broker::impl::handle_ack(const connection_ptr& c, const frame& f, bool positive) {
+  std::uint64_t tag = 0;
+  subscription* sub = acked_subscription(c, f, tag);
+  if (!sub) return;
   rm::branch_ptr branch;
   if (!branch_for(c, f, branch)) return;
 
@@ -264,21 +283,7 @@ void broker::impl::handle_ack(const connection_ptr& c, const frame& f, bool posi
   // Once stored, the entries are gone for good; if refused, they are unacknowledged again: back in
   // their queue as a delivery that ended without an acknowledgement (the connection gets an ERROR
   // and closes), never hidden until a restart.
-  auto release = [this, removed = std::move(removed)](bool stored) mutable {
-    std::vector<queue_ptr> touched;
-    for (auto& d : removed) {
-      if (stored) {
-        d.source->release_hold(d.entry.key);
-        continue;
-      }
-      --d.source->counters.acknowledged;
-      ++d.source->counters.depth;
-      ++d.entry.delivery_count;
-      offer_again(d.source, std::move(d.entry));
-      touched.push_back(d.source);
-    }
-    for (auto& q : touched) dispatch(q);
-  };
+  auto release = [this, removed = std::move(removed)](bool stored) mutable { finish_acks(removed, stored); };
   // Removals only (an ACK outside a transaction) and no receipt asked for: nothing waits on them.
   if (positive && !branch && !b.empty() && !f.find("receipt")) {
     defer_ack(std::move(b), [this, c, release = std::move(release)](const storage::status& s) mutable {
