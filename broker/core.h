@@ -450,6 +450,8 @@ struct broker::impl {
   std::thread depth_counter;
   std::atomic<bool> stopping{false};
   metrics_snapshot snapshot() const;
+  // The queues' part of it: broker-wide totals, the series of the deepest max-queue-metrics.
+  void collect_queues(metrics_snapshot& s) const;
 };
 
 // Milliseconds since the epoch, the unit of `expires` and `timestamp`.

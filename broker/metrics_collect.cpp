@@ -60,14 +60,10 @@ storage::status broker::impl::count_depths() {
   return {};
 }
 
-metrics_snapshot broker::impl::snapshot() const {
-  metrics_snapshot s;
-  s.connections = connections.size();
-  s.expired = undelivered.expired;
-  s.expired_dropped = undelivered.expired_dropped;
-  s.dead_lettered = undelivered.dead_lettered;
-  s.dead_letters_dropped = undelivered.dead_letters_dropped;
-  s.failed_logins = auth ? auth->failed_logins() : 0;
+namespace {
+
+// Branches by state, and the age of the oldest prepared one.
+void collect_branches(const rm::resource_manager& rm, metrics_snapshot& s) {
   for (auto state : {rm::branch_state::active, rm::branch_state::idle, rm::branch_state::prepared,
                      rm::branch_state::rollback_only, rm::branch_state::heuristic_committed,
                      rm::branch_state::heuristic_rolled_back, rm::branch_state::heuristic_mixed,
@@ -82,10 +78,9 @@ metrics_snapshot broker::impl::snapshot() const {
       s.oldest_prepared_age_seconds =
           std::max(s.oldest_prepared_age_seconds, static_cast<double>(now_ms - b->created_ms) / 1000.0);
   }
-  s.prepare_seconds = prepare_latency.value();
-  s.commit_seconds = commit_latency.value();
+}
 
-  storage::commit_stats st = store.stats();
+void collect_store(const storage::commit_stats& st, metrics_snapshot& s) {
   s.store.writable = st.writable;
   s.store.commits = st.commits;
   s.store.batches = st.batches;
@@ -100,6 +95,11 @@ metrics_snapshot broker::impl::snapshot() const {
   s.store.disk_free_bytes = st.disk_free_bytes;
   s.store.refusing_sends = st.refusing_sends;
 
+}
+
+}  // namespace
+
+void broker::impl::collect_queues(metrics_snapshot& s) const {
   // In flight: every unacknowledged delivery, by the queue it came from.
   std::unordered_map<const queue*, std::uint64_t> in_flight;
   for (const auto& [cid, c] : connections)
@@ -153,6 +153,21 @@ metrics_snapshot broker::impl::snapshot() const {
     m.consumers = q.consumers().size();
     s.queues.push_back(std::move(m));
   }
+}
+
+metrics_snapshot broker::impl::snapshot() const {
+  metrics_snapshot s;
+  s.connections = connections.size();
+  s.expired = undelivered.expired;
+  s.expired_dropped = undelivered.expired_dropped;
+  s.dead_lettered = undelivered.dead_lettered;
+  s.dead_letters_dropped = undelivered.dead_letters_dropped;
+  s.failed_logins = auth ? auth->failed_logins() : 0;
+  collect_branches(rm, s);
+  s.prepare_seconds = prepare_latency.value();
+  s.commit_seconds = commit_latency.value();
+  collect_store(store.stats(), s);
+  collect_queues(s);
   return s;
 }
 
