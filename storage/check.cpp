@@ -213,7 +213,7 @@ class checker {
       return true;
     }
     get_u32(v, report_.schema_version);
-    if (report_.schema_version != kSchemaVersion)
+    if (report_.schema_version < kOldestSchemaVersion || report_.schema_version > kSchemaVersion)
       return cannot_open("the store in " + options_.path + " has schema version " +
                          std::to_string(report_.schema_version) + " but this escrow understands version " +
                          std::to_string(kSchemaVersion) + "; check it with the escrow release that wrote it");

@@ -262,7 +262,16 @@ status store::impl::open_environment() {
       return corrupt_record(table::meta, kSchemaVersionKey,
                             "the schema version is a u32 (4 bytes), found " + std::to_string(v.size()) + " bytes");
     }
-    if (!get_u32(v, version) || version != kSchemaVersion) {
+    if (get_u32(v, version) && version >= kOldestSchemaVersion && version < kSchemaVersion) {
+      // Every record of the older version reads as it is: only the version moves on.
+      std::string upgraded;
+      put_u32(upgraded, kSchemaVersion);
+      MDB_val uv = as_val(upgraded);
+      rc = mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &uv, 0);
+      if (rc == 0)
+        spdlog::info("storage: the store in {} is upgraded from schema version {} to {}", options.path, version,
+                     kSchemaVersion);
+    } else if (version != kSchemaVersion) {
       mdb_txn_abort(txn);
       return {status::code::bad_schema,
               "the store in " + options.path + " has schema version " + std::to_string(version) +

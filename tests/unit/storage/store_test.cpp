@@ -513,6 +513,25 @@ TEST_SUITE("storage/store") {
     CHECK(again.which() == status::code::bad_schema);
   }
 
+  TEST_CASE("a store of the oldest readable schema version opens as it is and is marked current") {
+    temp_dir dir;
+    {
+      auto s = open_store(dir.path());
+      put_and_wait(*s, table::queues, "q/orders", "record");
+      put_and_wait(*s, table::meta, kSchemaVersionKey, u32_value(kOldestSchemaVersion));
+    }
+    auto s = open_store(dir.path());
+    CHECK(get_value(*s, table::meta, kSchemaVersionKey) == u32_value(kSchemaVersion));
+    CHECK(get_value(*s, table::queues, "q/orders") == "record");
+    // One version older than that is refused, as a newer one is.
+    put_and_wait(*s, table::meta, kSchemaVersionKey, u32_value(kOldestSchemaVersion - 1));
+    s.reset();
+    store_options options;
+    options.path = dir.path();
+    std::unique_ptr<store> again;
+    CHECK(store::open(options, again).which() == status::code::bad_schema);
+  }
+
   TEST_CASE("data without a schema version is refused") {
     temp_dir dir;
     {

@@ -29,7 +29,11 @@
 
 namespace escrow::storage {
 
-inline constexpr std::uint32_t kSchemaVersion = 2;
+// 3: queue records may end with their creator, branch keys may start with their owner, durable
+// subscription keys may end with their owner (docs/storage.md). A version-2 store reads as it is
+// and is marked 3 at open, so the release before (which understands 2 only) refuses it clearly.
+inline constexpr std::uint32_t kSchemaVersion = 3;
+inline constexpr std::uint32_t kOldestSchemaVersion = 2;  // the oldest that opens (and is upgraded)
 
 struct store_options {
   std::string path;                                  // a directory; created if missing
