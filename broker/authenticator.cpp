@@ -10,6 +10,7 @@
 #include <charconv>
 #include <stdexcept>
 
+#include "escrow/common/hex.h"
 #include "names.h"
 #include "password_hash.h"
 
@@ -22,16 +23,6 @@ constexpr std::chrono::minutes kForgetAfter{15};  // a count quiet this long sta
 constexpr std::size_t kMaxRecords = 100000;       // failure counts remembered at once, per kind
 constexpr std::size_t kMaxRemembered = 100000;    // successful logins remembered at once
 const char* const kRefused = "login refused: unknown user or wrong passcode";
-
-std::string to_hex(const unsigned char* data, std::size_t size) {
-  static const char* const digits = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < size; ++i) {
-    out.push_back(digits[data[i] >> 4]);
-    out.push_back(digits[data[i] & 15]);
-  }
-  return out;
-}
 
 // A hash that no password matches (its key is all zeros, its salt random) and that costs what the
 // users' own hashes cost: the iteration count most of them use.
@@ -56,7 +47,7 @@ std::string make_dummy_hash(const users_table* users) {
     }
   unsigned char salt[16];
   if (RAND_bytes(salt, sizeof salt) != 1) throw std::runtime_error("RAND_bytes failed");
-  return "pbkdf2-sha256:" + std::to_string(iterations) + ":" + to_hex(salt, sizeof salt) + ":" + std::string(64, '0');
+  return "pbkdf2-sha256:" + std::to_string(iterations) + ":" + hex::encode(salt, sizeof salt) + ":" + std::string(64, '0');
 }
 
 login_result refused() {

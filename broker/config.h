@@ -20,6 +20,8 @@ namespace escrow::broker {
 struct listen_address {
   std::string host;
   std::uint16_t port = 0;  // 0: any free port (the chosen one is logged)
+
+  friend bool operator==(const listen_address&, const listen_address&) = default;
 };
 
 // One [[tls-listener]] table: a listener that speaks STOMP over TLS (docs/security.md). The files

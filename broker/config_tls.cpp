@@ -2,19 +2,12 @@
 // where it was set is kept so that start-up can name the line of a file that does not load.
 #include "config_tls.h"
 
-#include <fmt/format.h>
-
-#include <functional>
-#include <map>
-
-#include "config_where.h"
+#include "config_walk.h"
 
 namespace escrow::broker {
 namespace {
 
-using setter = std::function<std::string(const toml::node&)>;
-
-setter path_field(std::string& field) {
+toml_setter path_field(std::string& field) {
   return [&field](const toml::node& n) -> std::string {
     if (!n.is_string() || n.value<std::string>()->empty()) return "must be a file name (a non-empty string)";
     field = *n.value<std::string>();
@@ -22,7 +15,7 @@ setter path_field(std::string& field) {
   };
 }
 
-setter text_field(std::string& field, const char* what) {
+toml_setter text_field(std::string& field, const char* what) {
   return [&field, what](const toml::node& n) -> std::string {
     if (!n.is_string()) return std::string("must be a string: ") + what;
     field = *n.value<std::string>();
@@ -30,7 +23,7 @@ setter text_field(std::string& field, const char* what) {
   };
 }
 
-std::map<std::string, setter> tls_listener_keys(tls_listener_config& c) {
+toml_keys tls_listener_keys(tls_listener_config& c) {
   return {
       {"listen", [&c](const toml::node& n) -> std::string {
          auto s = n.value<std::string>();
@@ -58,30 +51,23 @@ std::map<std::string, setter> tls_listener_keys(tls_listener_config& c) {
 
 std::string load_tls_listeners(const std::string& path, const toml::node& node,
                                std::vector<tls_listener_config>& out) {
-  const toml::array* list = node.as_array();
-  if (!list || !list->is_array_of_tables())
-    return where(path, node, "tls-listener") + " must be a list of tables ([[tls-listener]])";
   std::vector<tls_listener_config> listeners;
-  for (std::size_t i = 0; i < list->size(); ++i) {
-    const toml::table& t = *list->get(i)->as_table();
-    std::string name = fmt::format("tls-listener[{}]", i + 1);
+  std::string problem = walk_list(path, node, "tls-listener", [&](const toml::table& t, const std::string& name) {
     tls_listener_config c;
     c.where[""] = where(path, t, name);
-    auto keys = tls_listener_keys(c);
+    if (std::string err = walk_table(path, t, name, tls_listener_keys(c)); !err.empty()) return err;
     for (const auto& [key, value] : t) {
       std::string k(key.str());
-      auto f = keys.find(k);
-      if (f == keys.end()) return where(path, value, name + "." + k) + ": unknown key";
-      if (auto err = f->second(value); !err.empty()) return where(path, value, name + "." + k) + " " + err;
       c.where[k] = where(path, value, name + "." + k);
     }
     for (const char* required : {"listen", "certificate-chain", "private-key"})
       if (!c.where.contains(required))
         return c.where[""] + " has no " + required + " key (a TLS listener needs listen, certificate-chain and private-key)";
     listeners.push_back(std::move(c));
-  }
-  out = std::move(listeners);
-  return "";
+    return std::string();
+  });
+  if (problem.empty()) out = std::move(listeners);
+  return problem;
 }
 
 }  // namespace escrow::broker

@@ -9,35 +9,14 @@
 #include <stdexcept>
 #include <vector>
 
+#include "escrow/common/hex.h"
+
 namespace escrow::broker {
 namespace {
 
 constexpr std::string_view kScheme = "pbkdf2-sha256";
 constexpr std::size_t kSaltBytes = 16;
 constexpr std::size_t kKeyBytes = 32;
-
-std::string to_hex(const unsigned char* data, std::size_t size) {
-  static const char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(size * 2);
-  for (std::size_t i = 0; i < size; ++i) {
-    out.push_back(digits[data[i] >> 4]);
-    out.push_back(digits[data[i] & 15]);
-  }
-  return out;
-}
-
-bool from_hex(std::string_view text, std::vector<unsigned char>& out) {
-  if (text.size() % 2) return false;
-  out.clear();
-  for (std::size_t i = 0; i < text.size(); i += 2) {
-    unsigned value = 0;
-    auto [end, ec] = std::from_chars(text.data() + i, text.data() + i + 2, value, 16);
-    if (ec != std::errc() || end != text.data() + i + 2) return false;
-    out.push_back(static_cast<unsigned char>(value));
-  }
-  return true;
-}
 
 struct parsed_hash {
   std::uint32_t iterations = 0;
@@ -63,9 +42,9 @@ std::string parse(std::string_view stored, parsed_hash& out) {
   if (out.iterations < kMinPasswordIterations)
     return "the iteration count " + std::to_string(out.iterations) + " is below " +
            std::to_string(kMinPasswordIterations) + ": such a hash is too fast to guess against";
-  if (!from_hex(parts[2], out.salt) || out.salt.size() < 8)
+  if (!hex::decode(parts[2], out.salt) || out.salt.size() < 8)
     return "the salt is not hexadecimal of at least 8 bytes";
-  if (!from_hex(parts[3], out.key) || out.key.size() != kKeyBytes)
+  if (!hex::decode(parts[3], out.key) || out.key.size() != kKeyBytes)
     return "the hash is not 32 bytes in hexadecimal";
   return "";
 }
@@ -87,8 +66,8 @@ std::string make_password_hash(std::string_view password, std::uint32_t iteratio
   std::vector<unsigned char> salt(kSaltBytes);
   if (RAND_bytes(salt.data(), static_cast<int>(salt.size())) != 1) throw std::runtime_error("RAND_bytes failed");
   auto key = derive(password, salt, iterations);
-  return std::string(kScheme) + ":" + std::to_string(iterations) + ":" + to_hex(salt.data(), salt.size()) + ":" +
-         to_hex(key.data(), key.size());
+  return std::string(kScheme) + ":" + std::to_string(iterations) + ":" + hex::encode(salt.data(), salt.size()) + ":" +
+         hex::encode(key.data(), key.size());
 }
 
 std::string check_password_hash(std::string_view stored) {

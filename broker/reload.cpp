@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <tuple>
+#include <type_traits>
 
 #include "authenticator.h"
 #include "core.h"
@@ -11,8 +13,6 @@
 
 namespace escrow::broker {
 namespace {
-
-bool same_address(const listen_address& a, const listen_address& b) { return a.host == b.host && a.port == b.port; }
 
 bool from_command_line(const broker_config& c, const std::string& key) {
   return std::find(c.command_line_keys.begin(), c.command_line_keys.end(), key) != c.command_line_keys.end();
@@ -24,65 +24,109 @@ std::string join(const std::vector<std::string>& items) {
   return out;
 }
 
+using C = broker_config;
+
+// Whether the field at `path` (a member, or a member's member) is the same in both.
+template <auto... path>
+bool same(const C& a, const C& b) {
+  return (a .* ... .* path) == (b .* ... .* path);
+}
+bool same_heartbeat(const C& a, const C& b) {
+  return a.heartbeat_send_ms == b.heartbeat_send_ms && a.heartbeat_receive_ms == b.heartbeat_receive_ms &&
+         a.heartbeat_grace_ms == b.heartbeat_grace_ms;
+}
+bool same_tls_listeners(const C& a, const C& b) {
+  auto files_and_form = [](const tls_listener_config& x) {  // not where each key was set
+    return std::tie(x.listen, x.certificate_chain, x.private_key, x.client_ca, x.min_version, x.ciphers,
+                    x.ciphersuites);
+  };
+  return std::ranges::equal(a.tls_listeners, b.tls_listeners, {}, files_and_form, files_and_form);
+}
+// Address and security settings are applied, and logged, at every SIGHUP.
+bool never_same(const C&, const C&) { return false; }
+
+// Copies the field's new value into the running configuration; returns it as the log line shows it.
+template <auto field>
+std::string take(C& running, const C& fresh) {
+  const auto& value = running.*field = fresh.*field;
+  using T = std::remove_cvref_t<decltype(value)>;
+  if constexpr (std::is_same_v<T, bool>) return value ? "true" : "false";
+  else if constexpr (std::is_same_v<T, std::string>) return "'" + value + "'";
+  else if constexpr (std::is_integral_v<T>) return std::to_string(value);
+  else return "(" + std::to_string(value.size()) + " tables)";  // address or security settings
+}
+
+// The keys of the configuration file, by their names there, and how a change to each is seen. A
+// key with `apply` is applied at SIGHUP by the core, on its strand (apply copies the new value into
+// the running configuration and returns it as logged); one without takes effect only at a restart.
+// reload_configuration applies log-level, [http] allowed-hosts and token-file, and the users file's
+// contents itself. Within each kind the order is that of the log lines.
+struct config_key {
+  const char* name;
+  bool (*same)(const C& running, const C& fresh);
+  std::string (*apply)(C& running, const C& fresh) = nullptr;
+};
+
+const config_key kConfigKeys[] = {
+    {"listen", same<&C::listen>},
+    {"data-dir", same<&C::data_dir>},
+    {"io-threads", same<&C::io_threads>},
+    {"storage.map-size", same<&C::map_size>},
+    {"storage.max-group-batches", same<&C::max_group_batches>},
+    {"storage.max-size", same<&C::max_size>},
+    {"storage.max-map-size", same<&C::max_map_size>},
+    {"storage.min-free-disk", same<&C::min_free_disk>},
+    {"limits.max-frame-size", same<&C::frames, &frame_limits::max_frame_size>},
+    {"limits.max-headers", same<&C::frames, &frame_limits::max_headers>},
+    {"limits.max-header-length", same<&C::frames, &frame_limits::max_header_length>},
+    {"limits.max-pending-bytes", same<&C::max_pending_bytes>},
+    {"limits.connect-timeout-ms", same<&C::connect_timeout_ms>},
+    {"limits.max-connections", same<&C::max_connections>},
+    {"limits.slow-consumer-timeout-ms", same<&C::slow_consumer_timeout_ms>},
+    {"limits.max-unstored-bytes", same<&C::max_unstored_bytes>},
+    {"limits.max-connections-per-user", same<&C::max_connections_per_user>},
+    {"limits.max-subscriptions-per-connection", same<&C::max_subscriptions_per_connection>},
+    {"limits.max-consumer-window", same<&C::max_consumer_window>},
+    {"limits.max-branches-per-connection", same<&C::max_branches_per_connection>},
+    {"limits.max-branches-per-user", same<&C::max_branches_per_user>},
+    {"limits.max-prepared-branches-per-user", same<&C::max_prepared_branches_per_user>},
+    {"limits.max-transaction-bytes", same<&C::max_transaction_bytes>},
+    {"limits.max-transaction-bytes-per-user", same<&C::max_transaction_bytes_per_user>},
+    {"limits.max-queues-per-user", same<&C::max_queues_per_user>},
+    {"security.users-file", same<&C::users_file>},
+    {"security.login-backoff-max-ms", same<&C::login_backoff_max_ms>},
+    {"security.populate-validated-user", same<&C::populate_validated_user>},
+    {"security.login-threads", same<&C::login_threads>},
+    {"security.max-waiting-logins-per-address", same<&C::max_waiting_logins_per_address>},
+    {"security.max-pending-logins", same<&C::max_pending_logins>},
+    {"delivery.consumer-window", same<&C::consumer_window>},
+    {"delivery.queue-memory-window", same<&C::queue_memory_window>},
+    {"transactions.timeout-ms", same<&C::branch_timeout_ms>},
+    {"transactions.local-timeout-ms", same<&C::local_timeout_ms>},
+    {"http.listen", same<&C::http_listen>},
+    {"heartbeat", same_heartbeat},
+    {"tls-listener", same_tls_listeners},
+    {"delivery.message-expiry-scan-period", same<&C::message_expiry_scan_period_ms>,
+     take<&C::message_expiry_scan_period_ms>},
+    {"storage.backup-root", same<&C::backup_root>, take<&C::backup_root>},
+    {"delivery.persist-delivery-count-before-delivery", same<&C::persist_delivery_count_before_delivery>,
+     take<&C::persist_delivery_count_before_delivery>},
+    // Limits of what the core answers: taken from the next scrape or ADMIN frame on.
+    {"http.max-queue-metrics", same<&C::max_queue_metrics>, take<&C::max_queue_metrics>},
+    {"admin.max-page-size", same<&C::admin_max_page_size>, take<&C::admin_max_page_size>},
+    {"admin.max-page-bytes", same<&C::admin_max_page_bytes>, take<&C::admin_max_page_bytes>},
+    // Resolved again on next use; queues the new addresses name are created.
+    {"address-settings", never_same, take<&C::address_settings>},
+    // Permissions: checked again from the next frame on; logged-in users keep their roles.
+    {"security-settings", never_same, take<&C::security_settings>},
+};
+
 }  // namespace
 
-std::vector<std::string> changes_needing_restart(const broker_config& a, const broker_config& b) {
+std::vector<std::string> changes_needing_restart(const broker_config& running, const broker_config& fresh) {
   std::vector<std::string> out;
-  auto check = [&](bool same, const char* key) {
-    if (!same) out.emplace_back(key);
-  };
-  check(std::equal(a.listen.begin(), a.listen.end(), b.listen.begin(), b.listen.end(), same_address), "listen");
-  check(a.data_dir == b.data_dir, "data-dir");
-  check(a.io_threads == b.io_threads, "io-threads");
-  check(a.map_size == b.map_size, "storage.map-size");
-  check(a.max_group_batches == b.max_group_batches, "storage.max-group-batches");
-  check(a.max_size == b.max_size, "storage.max-size");
-  check(a.max_map_size == b.max_map_size, "storage.max-map-size");
-  check(a.min_free_disk == b.min_free_disk, "storage.min-free-disk");
-  check(a.frames.max_frame_size == b.frames.max_frame_size, "limits.max-frame-size");
-  check(a.frames.max_headers == b.frames.max_headers, "limits.max-headers");
-  check(a.frames.max_header_length == b.frames.max_header_length, "limits.max-header-length");
-  check(a.max_pending_bytes == b.max_pending_bytes, "limits.max-pending-bytes");
-  check(a.connect_timeout_ms == b.connect_timeout_ms, "limits.connect-timeout-ms");
-  check(a.max_connections == b.max_connections, "limits.max-connections");
-  check(a.slow_consumer_timeout_ms == b.slow_consumer_timeout_ms, "limits.slow-consumer-timeout-ms");
-  check(a.max_unstored_bytes == b.max_unstored_bytes, "limits.max-unstored-bytes");
-  check(a.max_connections_per_user == b.max_connections_per_user, "limits.max-connections-per-user");
-  check(a.max_subscriptions_per_connection == b.max_subscriptions_per_connection,
-        "limits.max-subscriptions-per-connection");
-  check(a.max_consumer_window == b.max_consumer_window, "limits.max-consumer-window");
-  check(a.max_branches_per_connection == b.max_branches_per_connection, "limits.max-branches-per-connection");
-  check(a.max_branches_per_user == b.max_branches_per_user, "limits.max-branches-per-user");
-  check(a.max_prepared_branches_per_user == b.max_prepared_branches_per_user, "limits.max-prepared-branches-per-user");
-  check(a.max_transaction_bytes == b.max_transaction_bytes, "limits.max-transaction-bytes");
-  check(a.max_transaction_bytes_per_user == b.max_transaction_bytes_per_user, "limits.max-transaction-bytes-per-user");
-  check(a.max_queues_per_user == b.max_queues_per_user, "limits.max-queues-per-user");
-  check(a.users_file == b.users_file, "security.users-file");
-  check(a.login_backoff_max_ms == b.login_backoff_max_ms, "security.login-backoff-max-ms");
-  check(a.populate_validated_user == b.populate_validated_user, "security.populate-validated-user");
-  check(a.login_threads == b.login_threads, "security.login-threads");
-  check(a.max_waiting_logins_per_address == b.max_waiting_logins_per_address,
-        "security.max-waiting-logins-per-address");
-  check(a.max_pending_logins == b.max_pending_logins, "security.max-pending-logins");
-  check(a.consumer_window == b.consumer_window, "delivery.consumer-window");
-  check(a.queue_memory_window == b.queue_memory_window, "delivery.queue-memory-window");
-  check(a.branch_timeout_ms == b.branch_timeout_ms, "transactions.timeout-ms");
-  check(a.local_timeout_ms == b.local_timeout_ms, "transactions.local-timeout-ms");
-  check(a.http_listen.has_value() == b.http_listen.has_value() &&
-            (!a.http_listen || same_address(*a.http_listen, *b.http_listen)),
-        "http.listen");
-  check(a.heartbeat_send_ms == b.heartbeat_send_ms && a.heartbeat_receive_ms == b.heartbeat_receive_ms &&
-            a.heartbeat_grace_ms == b.heartbeat_grace_ms,
-        "heartbeat");
-  check(a.tls_listeners.size() == b.tls_listeners.size() &&
-            std::equal(a.tls_listeners.begin(), a.tls_listeners.end(), b.tls_listeners.begin(),
-                       [](const tls_listener_config& x, const tls_listener_config& y) {
-                         return same_address(x.listen, y.listen) && x.certificate_chain == y.certificate_chain &&
-                                x.private_key == y.private_key && x.client_ca == y.client_ca &&
-                                x.min_version == y.min_version && x.ciphers == y.ciphers &&
-                                x.ciphersuites == y.ciphersuites;
-                       }),
-        "tls-listener");
+  for (const config_key& k : kConfigKeys)
+    if (!k.apply && !k.same(running, fresh)) out.emplace_back(k.name);
   return out;
 }
 
@@ -144,34 +188,15 @@ void reload_configuration(const broker_config& running, broker& core, http_conte
 
 void broker::reload(const broker_config& fresh) {
   impl_->post([m = impl_.get(), fresh] {
-    std::vector<std::string> changed;
     broker_config& c = m->config;
-    if (c.message_expiry_scan_period_ms != fresh.message_expiry_scan_period_ms) {
-      changed.push_back("delivery.message-expiry-scan-period " + std::to_string(fresh.message_expiry_scan_period_ms));
-      c.message_expiry_scan_period_ms = fresh.message_expiry_scan_period_ms;
+    bool reaper = c.message_expiry_scan_period_ms != fresh.message_expiry_scan_period_ms;
+    std::vector<std::string> changed;
+    for (const config_key& k : kConfigKeys)
+      if (k.apply && !k.same(c, fresh)) changed.push_back(k.name + (" " + k.apply(c, fresh)));
+    if (reaper) {
       m->timers->reaper.cancel();
       m->schedule_reaper();
     }
-    if (c.backup_root != fresh.backup_root) {
-      changed.push_back("storage.backup-root '" + fresh.backup_root + "'");
-      c.backup_root = fresh.backup_root;
-    }
-    if (c.persist_delivery_count_before_delivery != fresh.persist_delivery_count_before_delivery) {
-      changed.push_back(std::string("delivery.persist-delivery-count-before-delivery ") +
-                        (fresh.persist_delivery_count_before_delivery ? "true" : "false"));
-      c.persist_delivery_count_before_delivery = fresh.persist_delivery_count_before_delivery;
-    }
-    // Limits of what the core answers: taken from the next scrape or ADMIN frame on.
-    auto limit = [&](std::size_t& running, std::size_t value, const char* key) {
-      if (running == value) return;
-      changed.push_back(std::string(key) + " " + std::to_string(value));
-      running = value;
-    };
-    limit(c.max_queue_metrics, fresh.max_queue_metrics, "http.max-queue-metrics");
-    limit(c.admin_max_page_size, fresh.admin_max_page_size, "admin.max-page-size");
-    limit(c.admin_max_page_bytes, fresh.admin_max_page_bytes, "admin.max-page-bytes");
-    // Address settings: resolved again on next use; queues the new addresses name are created.
-    c.address_settings = fresh.address_settings;
     m->settings_cache.clear();
     storage::batch created;
     m->create_undelivered_queues(created);
@@ -179,11 +204,7 @@ void broker::reload(const broker_config& fresh) {
       m->submit(std::move(created), [](const storage::status& s) {
         if (!s.ok()) spdlog::warn("SIGHUP: new undelivered queues' records not stored yet: {}", s.message());
       });
-    changed.push_back("address-settings (" + std::to_string(c.address_settings.size()) + " tables)");
-    // Permissions: checked again from the next frame on; logged-in users keep their roles.
-    c.security_settings = fresh.security_settings;
     m->grants_cache.clear();
-    changed.push_back("security-settings (" + std::to_string(c.security_settings.size()) + " tables)");
     spdlog::info("SIGHUP: reloaded {}: {}", c.config_file, join(changed));
     // Messages that waited for a setting (e.g. a lower max-delivery-attempts) move on their next
     // delivery; queues are offered again so that this happens now where consumers wait.

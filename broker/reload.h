@@ -1,8 +1,6 @@
 // Internal to broker/: SIGHUP. Re-reads the configuration file the broker started with, applies
-// what can change at run time (address settings, the reaper's period,
-// persist-delivery-count-before-delivery, the log level, storage.backup-root, [http] allowed-hosts
-// and token-file) and logs what changed and which changed
-// keys need a restart. A file that no longer loads changes nothing (the error is logged).
+// what can change at run time (reload.cpp's kConfigKeys says which keys) and logs what changed and
+// which changed keys need a restart. A file that no longer loads changes nothing (the error is logged).
 // Called on the I/O thread that handles the signal; the broker part runs on the core strand.
 // With `http` (the endpoint is on), [http] allowed-hosts and the token file apply too.
 #pragma once

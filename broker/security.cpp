@@ -7,7 +7,7 @@
 #include <toml++/toml.h>
 
 #include "address_settings.h"
-#include "config_where.h"
+#include "config_walk.h"
 #include "password_hash.h"
 
 namespace escrow::broker {
@@ -45,31 +45,52 @@ bool holds(const address_grants& grants, permission p, const std::vector<std::st
 
 namespace {
 
-std::string read_user(const std::string& path, const toml::table& t, const std::string& name, user_entry& u) {
-  for (const auto& [key, value] : t) {
-    std::string k(key.str());
-    if (k == "name" || k == "password" || k == "certificate-subject") {
-      if (!value.is_string()) return where(path, value, name + "." + k) + " must be a string";
-      std::string text = *value.value<std::string>();
-      if (k == "name") u.name = text;
-      if (k == "certificate-subject") u.certificate_subject = text;
-      if (k == "password") {
-        if (std::string err = check_password_hash(text); !err.empty())
-          return where(path, value, name + ".password") + ": " + err;
-        u.password_hash = text;
-      }
-    } else if (k == "roles") {
-      const toml::array* list = value.as_array();
-      if (!list) return where(path, value, name + ".roles") + " must be an array of role names";
-      for (const auto& r : *list) {
-        if (!r.is_string() || r.value<std::string>()->empty())
-          return where(path, r, name + ".roles") + " must be an array of role names (non-empty strings)";
-        u.roles.push_back(*r.value<std::string>());
-      }
-    } else {
-      return where(path, value, name + "." + k) + ": unknown key (a user has name, password, roles, certificate-subject)";
-    }
+// The keys of one [[user]] table `name`.
+toml_keys user_keys(const std::string& path, const std::string& name, user_entry& u) {
+  return {{"name", string_field(u.name)},
+          {"certificate-subject", string_field(u.certificate_subject)},
+          {"password", [&path, &u, at = name + ".password"](const toml::node& n) -> std::string {
+             if (!n.is_string()) return "must be a string";
+             std::string hash = *n.value<std::string>();
+             if (std::string err = check_password_hash(hash); !err.empty())
+               return located(where(path, n, at) + ": " + err);
+             u.password_hash = hash;
+             return "";
+           }},
+          {"roles", [&path, &u, at = name + ".roles"](const toml::node& n) -> std::string {
+             const toml::array* list = n.as_array();
+             if (!list) return "must be an array of role names";
+             for (const auto& r : *list) {
+               if (!r.is_string() || r.value<std::string>()->empty())
+                 return located(where(path, r, at) + " must be an array of role names (non-empty strings)");
+               u.roles.push_back(*r.value<std::string>());
+             }
+             return "";
+           }}};
+}
+
+// Adds the user of the [[user]] table `name` to `users`.
+std::string add_user(const std::string& path, const toml::table& t, const std::string& name, users_table& users) {
+  user_entry u;
+  u.line = static_cast<int>(t.source().begin.line);
+  if (std::string err = walk_table(path, t, name, user_keys(path, name, u),
+                                   "(a user has name, password, roles, certificate-subject)");
+      !err.empty())
+    return err;
+  if (u.name.empty()) return where(path, t, name) + " has no name";
+  if (u.password_hash.empty() && u.certificate_subject.empty())
+    return where(path, t, name) + " '" + u.name +
+           "' has neither a password nor a certificate-subject: it could never log in";
+  if (users.by_name.count(u.name))
+    return where(path, t, name + ".name") + " '" + u.name + "' is already defined at line " +
+           std::to_string(users.by_name[u.name].line);
+  if (!u.certificate_subject.empty()) {
+    auto [it, fresh] = users.name_by_subject.emplace(u.certificate_subject, u.name);
+    if (!fresh)
+      return where(path, t, name + ".certificate-subject") + " '" + u.certificate_subject + "' already maps to user '" +
+             it->second + "'";
   }
+  users.by_name.emplace(u.name, std::move(u));
   return "";
 }
 
@@ -77,39 +98,15 @@ std::string read_user(const std::string& path, const toml::table& t, const std::
 
 std::string load_users_file(const std::string& path, users_table& out) {
   toml::table root;
-  try {
-    root = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    return fmt::format("{}:{}: {}", path, e.source().begin.line, e.description());
-  }
+  if (std::string err = parse_toml(path, root); !err.empty()) return err;
   users_table users;
-  for (const auto& [key, node] : root) {
-    std::string k(key.str());
-    if (k != "user") return where(path, node, k) + ": unknown key (the users file holds [[user]] tables)";
-    const toml::array* list = node.as_array();
-    if (!list || !list->is_array_of_tables()) return where(path, node, "user") + " must be a list of tables ([[user]])";
-    for (std::size_t i = 0; i < list->size(); ++i) {
-      const toml::table& t = *list->get(i)->as_table();
-      std::string name = fmt::format("user[{}]", i + 1);
-      user_entry u;
-      u.line = static_cast<int>(t.source().begin.line);
-      if (std::string err = read_user(path, t, name, u); !err.empty()) return err;
-      if (u.name.empty()) return where(path, t, name) + " has no name";
-      if (u.password_hash.empty() && u.certificate_subject.empty())
-        return where(path, t, name) + " '" + u.name +
-               "' has neither a password nor a certificate-subject: it could never log in";
-      if (users.by_name.count(u.name))
-        return where(path, t, name + ".name") + " '" + u.name + "' is already defined at line " +
-               std::to_string(users.by_name[u.name].line);
-      if (!u.certificate_subject.empty()) {
-        auto [it, fresh] = users.name_by_subject.emplace(u.certificate_subject, u.name);
-        if (!fresh)
-          return where(path, t, name + ".certificate-subject") + " '" + u.certificate_subject +
-                 "' already maps to user '" + it->second + "'";
-      }
-      users.by_name.emplace(u.name, std::move(u));
-    }
-  }
+  const toml_keys keys{{"user", [&](const toml::node& n) {
+    return located(walk_list(path, n, "user", [&](const toml::table& t, const std::string& name) {
+      return add_user(path, t, name, users);
+    }));
+  }}};
+  if (std::string err = walk_table(path, root, "", keys, "(the users file holds [[user]] tables)"); !err.empty())
+    return err;
   out = std::move(users);
   return "";
 }

@@ -8,31 +8,13 @@
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
 
-#include <cstring>
+#include "escrow/common/openssl_errors.h"
 
 namespace escrow::broker {
 
 namespace asio = boost::asio;
 
 namespace {
-
-// Drains OpenSSL's error queue of this thread: "reason (library); reason (library)".
-std::string openssl_errors() {
-  std::string out;
-  while (unsigned long e = ERR_get_error()) {
-    const char* reason = ERR_reason_error_string(e);
-    const char* library = ERR_lib_error_string(e);
-    // A system error (a file that cannot be opened) carries errno as its reason.
-    std::string one = ERR_SYSTEM_ERROR(e) ? std::strerror(ERR_GET_REASON(e))
-                      : reason            ? reason
-                                          : "error " + std::to_string(e);
-    if (library && !ERR_SYSTEM_ERROR(e)) one += std::string(" (") + library + ")";
-    if (out.find(one) != std::string::npos) continue;
-    if (!out.empty()) out += "; ";
-    out += one;
-  }
-  return out.empty() ? "no reason given by OpenSSL" : out;
-}
 
 // Where `key` of the listener was configured, for the start of an error message.
 std::string where(const tls_listener_config& config, const std::string& key) {
@@ -51,7 +33,8 @@ std::unique_ptr<asio::ssl::context> make_server_tls_context(const tls_listener_c
   auto context = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_server);
   SSL_CTX* native = context->native_handle();
   auto fail = [&](const std::string& key, const std::string& what) {
-    *error = where(config, key) + " " + what + ": " + openssl_errors();
+    std::string reason = openssl_errors();
+    *error = where(config, key) + " " + what + ": " + (reason.empty() ? "no reason given by OpenSSL" : reason);
     return nullptr;
   };
 

@@ -1,6 +1,7 @@
 // Typed keys and values of the store's tables; layout documented in schema.h.
 #include "escrow/storage/schema.h"
 
+#include "escrow/common/hex.h"
 #include "escrow/storage/coding.h"
 #include "escrow/storage/store.h"
 
@@ -161,13 +162,7 @@ std::string printable_key(std::string_view key) {
   bool printable = true;
   for (char c : key) printable = printable && c >= 0x20 && c < 0x7f;
   if (printable) return "'" + std::string(key) + "'";
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out = "0x";
-  for (unsigned char c : key) {
-    out.push_back(kDigits[c >> 4]);
-    out.push_back(kDigits[c & 15]);
-  }
-  return out;
+  return "0x" + hex::encode(key);
 }
 
 status corrupt_record(table t, std::string_view key, std::string_view problem) {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <set>
 
+#include "escrow/common/hex.h"
 #include "xa_switch_internal.h"
 
 namespace escrow::xa_switch_detail {
@@ -118,12 +119,10 @@ trailer identity_trailer(const open_options& o) {
 trailer legacy_trailer(int rmid) { return trailer{kLegacyMarker, static_cast<std::uint32_t>(rmid)}; }
 
 std::string trailer_hex(const trailer& t) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  out += digits[t.marker >> 4];
-  out += digits[t.marker & 0xF];
-  for (int shift = 28; shift >= 0; shift -= 4) out += digits[(t.value >> shift) & 0xF];
-  return out;
+  const unsigned char bytes[] = {t.marker, static_cast<unsigned char>(t.value >> 24),
+                                 static_cast<unsigned char>(t.value >> 16), static_cast<unsigned char>(t.value >> 8),
+                                 static_cast<unsigned char>(t.value)};
+  return hex::encode(bytes, sizeof bytes);
 }
 
 std::optional<xid> to_broker_xid(const XID& x, const trailer& t, std::string* error) {

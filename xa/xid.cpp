@@ -6,34 +6,10 @@
 #include <cstring>
 #include <utility>
 
+#include "escrow/common/hex.h"
+
 namespace escrow {
 namespace {
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-bool from_hex(std::string_view hex, std::string& out) {
-  if (hex.size() % 2 != 0) return false;
-  out.clear();
-  for (std::size_t i = 0; i < hex.size(); i += 2) {
-    int hi = hex_value(hex[i]), lo = hex_value(hex[i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    out.push_back(static_cast<char>(hi * 16 + lo));
-  }
-  return true;
-}
-
-void to_hex(std::string& out, std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  for (unsigned char c : bytes) {
-    out.push_back(kDigits[c >> 4]);
-    out.push_back(kDigits[c & 15]);
-  }
-}
 
 bool fail(std::string* error, std::string message) {
   if (error) *error = std::move(message);
@@ -81,7 +57,7 @@ std::optional<xid> xid::parse(std::string_view text, std::string* error) {
     return std::nullopt;
   }
   std::string gtrid, bqual;
-  if (!from_hex(text.substr(first + 1, second - first - 1), gtrid) || !from_hex(text.substr(second + 1), bqual)) {
+  if (!hex::decode(text.substr(first + 1, second - first - 1), gtrid) || !hex::decode(text.substr(second + 1), bqual)) {
     fail(error, "malformed xid: gtrid and bqual must be hexadecimal with an even number of digits");
     return std::nullopt;
   }
@@ -99,9 +75,9 @@ std::optional<xid> xid::parse(std::string_view text, std::string* error) {
 std::string xid::to_string() const {
   std::string out = std::to_string(format_id_);
   out.push_back(':');
-  to_hex(out, gtrid_);
+  hex::append(out, gtrid_.data(), gtrid_.size());
   out.push_back(':');
-  to_hex(out, bqual_);
+  hex::append(out, bqual_.data(), bqual_.size());
   return out;
 }
 

@@ -24,30 +24,13 @@
 #include <cstring>
 #include <mutex>
 
+#include "escrow/common/openssl_errors.h"
 #include "transport.h"
 
 namespace escrow::client::detail {
 namespace {
 
 using steady = std::chrono::steady_clock;
-
-// Drains this thread's OpenSSL error queue: "reason (library); reason (library)".
-std::string openssl_errors() {
-  std::string out;
-  while (unsigned long e = ERR_get_error()) {
-    const char* reason = ERR_reason_error_string(e);
-    const char* library = ERR_lib_error_string(e);
-    // A system error (a file that cannot be opened) carries errno as its reason.
-    std::string one = ERR_SYSTEM_ERROR(e) ? std::strerror(ERR_GET_REASON(e))
-                      : reason            ? reason
-                                          : "error " + std::to_string(e);
-    if (library && !ERR_SYSTEM_ERROR(e)) one += std::string(" (") + library + ")";
-    if (out.find(one) != std::string::npos) continue;
-    if (!out.empty()) out += "; ";
-    out += one;
-  }
-  return out;
-}
 
 // Waits until `fd` is ready for `events` or `timeout_ms` passes (-1: no limit). False on timeout.
 bool wait_for(int fd, short events, int timeout_ms) {
