@@ -247,7 +247,7 @@ void broker::impl::error(connection& c, const std::string& problem, const frame*
   c.outbox.clear();
   encode_to(bytes, e, c.info.version);
   c.input_closed = c.output_closed = true;
-  spdlog::info("connection {}: ERROR {}", c.id, problem);
+  spdlog::info("connection {}: ERROR {}", c.id, loggable(problem));  // it may quote what the client sent
   c.out->send_and_close(std::move(bytes));
 }
 

@@ -1,5 +1,6 @@
 // Permission resolution over [[security-settings]] and the users file reader.
 #include "security.h"
+#include "names.h"
 
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -78,6 +79,9 @@ std::string add_user(const std::string& path, const toml::table& t, const std::s
       !err.empty())
     return err;
   if (u.name.empty()) return where(path, t, name) + " has no name";
+  // A user's name is part of the keys of what it owns (branches, durable subscriptions).
+  if (auto problem = name_problem(u.name))
+    return where(path, t, name + ".name") + " '" + loggable(u.name) + "' cannot be a user's name: " + *problem;
   if (u.password_hash.empty() && u.certificate_subject.empty())
     return where(path, t, name) + " '" + u.name +
            "' has neither a password nor a certificate-subject: it could never log in";

@@ -158,10 +158,6 @@ bool broker::impl::route(const connection_ptr& c, frame& f, routed_message& out,
   for (auto& [name, value] : f.headers) {
     // What the broker writes itself, and what another tenant could forge, is not the sender's.
     if (is_server_header(name) || is_reserved_header(name)) continue;
-    // RabbitMQ's rule: a user-id header names the user that logged in, or the SEND is refused.
-    if (name == "user-id" && auth && value != c->info.user)
-      return error(*c, "SEND's user-id header '" + value + "' is not the user this connection logged in as ('" +
-                           c->info.user + "'): leave it out or give your own login", &f), false;
     bool seen = false;  // a repeated header: the first occurrence wins
     for (auto& h : record.headers) seen = seen || h.first == name;
     if (!seen) record.headers.emplace_back(std::move(name), std::move(value));
@@ -199,6 +195,13 @@ void broker::impl::handle_send(const connection_ptr& c, frame& f) {
     if (storage::status room = store.send_room(); !room.ok())
       return error(*c, "message not stored: " + room.message(), &f);
   }
+  // RabbitMQ's rule: a user-id header names the user that logged in, or the SEND is refused (before
+  // anything, a new queue say, is made for it).
+  if (auth)
+    for (const auto& [name, value] : f.headers)
+      if (name == "user-id" && value != c->info.user)
+        return error(*c, "SEND's user-id header '" + value + "' is not the user this connection logged in as ('" +
+                             c->info.user + "'): leave it out or give your own login", &f);
   // What a transaction holds in memory until it ends is bounded, per transaction and per user.
   if (branch && takes_work(*branch)) {
     std::uint64_t bytes = f.body.size();

@@ -24,6 +24,7 @@ const std::string* durable_name(const frame& f) {
 }  // namespace
 
 queue_ptr broker::impl::find_durable(const connection& c, const std::string& name) {
+  if (name_problem(name)) return nullptr;  // no such name is ever created (a NUL would reach other keys)
   auto it = queues.find(durable_key({c.info.client_id, name, c.info.user}));
   if (it != queues.end()) return it->second;
   if (c.info.user.empty()) return nullptr;
@@ -231,6 +232,9 @@ void broker::impl::handle_unsubscribe(const connection_ptr& c, const frame& f) {
   const std::string* name = durable_name(f);
   if (!id_header && c->info.version == stomp_version::v1_2 && !name)
     return error(*c, "UNSUBSCRIBE frame has no id header (required in STOMP 1.2)", &f);
+  if (name)
+    if (auto problem = name_problem(*name))
+      return error(*c, "invalid durable subscription name '" + loggable(*name) + "': " + *problem, &f);
   std::string id = id_header ? *id_header : std::string(f.get("destination"));
   storage::batch b;
   auto it = c->subscriptions.find(id);

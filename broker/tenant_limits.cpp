@@ -59,7 +59,8 @@ bool broker::impl::may_start_branch(connection& c, const frame* request) {
 }
 
 std::optional<std::string> broker::impl::prepare_refusal(const connection& c) const {
-  std::size_t prepared = rm.count(c.info.user, {rm::branch_state::prepared});
+  // Prepares still being written count too: answers not yet sent must not let a burst through.
+  std::size_t prepared = rm.count(c.info.user, {rm::branch_state::prepared}) + rm.preparing(c.info.user);
   if (prepared < config.max_prepared_branches_per_user) return std::nullopt;
   return who(c) + " already has " + std::to_string(prepared) +
          " prepared branches waiting for their commit or rollback (limits.max-prepared-branches-per-user); "

@@ -28,17 +28,25 @@ bool get_u8(std::string_view& in, std::uint8_t& v) {
 
 }  // namespace
 
+namespace {
+
+// Five zero bytes: where an xid's encoding has its gtrid length, which is 1 to 64, this is 0, so
+// no xid's encoding starts with it (whatever its formatID).
+constexpr std::string_view kOwnedPrefix{"\0\0\0\0\0", 5};
+
+}  // namespace
+
 std::string branch_key(const std::string& owner, const xid& id) {
   if (owner.empty()) return id.encode();
-  std::string key = "u";
+  std::string key(kOwnedPrefix);
   put_string(key, owner);
   return key + id.encode();
 }
 
 bool decode_branch_key(std::string_view key, std::string& owner, xid& id) {
   owner.clear();
-  if (!key.empty() && key.front() == 'u') {
-    key.remove_prefix(1);
+  if (key.substr(0, kOwnedPrefix.size()) == kOwnedPrefix) {
+    key.remove_prefix(kOwnedPrefix.size());
     std::string_view name;
     if (!get_string(key, name) || name.empty()) return false;
     owner = name;

@@ -11,7 +11,7 @@ std::string check_branch_record(std::string_view key, std::string_view value, st
   xid id;
   if (!decode_branch_key(key, owner, id))
     return "the key is not a branch key (an xid: u32 formatID + 2^31, u8 gtrid length 1-64, gtrid, bqual 0-64 "
-           "bytes; or 'u', the owner's name, the xid)";
+           "bytes; or five zero bytes, the owner's name, the xid)";
   std::string name = owner.empty() ? id.to_string() : id.to_string() + " of user " + owner;
   branch b;
   if (!decode_record(value, b))

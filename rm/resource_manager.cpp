@@ -33,8 +33,8 @@ storage::status resource_manager::load(const storage::store& store) {
     if (!key_ok || !decode_record(v, *b)) {
       // A prepared branch is a promise to the transaction manager: never start without it.
       bad = storage::corrupt_record(storage::table::branches, k,
-                                    !key_ok ? "the key is not a branch key (rm/record.h: [u, owner,] u32 formatID "
-                                              "+ 2^31, u8 gtrid length, gtrid, bqual)"
+                                    !key_ok ? "the key is not a branch key (rm/record.h: [5 zero bytes, owner,] u32 "
+                                              "formatID + 2^31, u8 gtrid length, gtrid, bqual)"
                                             : "the prepared branch record of xid " + id.to_string() + " does not decode");
       return false;
     }
@@ -45,7 +45,11 @@ storage::status resource_manager::load(const storage::store& store) {
     for (auto& send : b->work.sends) std::erase_if(send.targets, [](const send_target& t) { return !t.stored; });
     std::erase_if(b->work.sends, [](const staged_send& send) { return send.targets.empty(); });
     std::erase_if(b->work.consumed, [](const consumed_entry& c) { return !c.stored; });
-    branches_.emplace(branch_id{owner, id}, b);
+    if (!branches_.emplace(branch_id{owner, id}, b).second) {
+      bad = storage::corrupt_record(storage::table::branches, k,
+                                    "a second record of branch " + id.to_string() + " of user '" + owner + "'");
+      return false;
+    }
     tally(*b, 1);
     return true;
   });
@@ -94,6 +98,11 @@ void resource_manager::tally(const branch& b, int delta) {
   n = delta > 0 ? n + 1 : n - 1;
   if (delta < 0 && std::all_of(it->second.begin(), it->second.end(), [](std::size_t c) { return c == 0; }))
     tallies_.erase(it);
+}
+
+std::size_t resource_manager::preparing(const std::string& owner) const {
+  auto it = preparing_.find(owner);
+  return it == preparing_.end() ? 0 : it->second;
 }
 
 std::size_t resource_manager::count(const std::string& owner, std::initializer_list<branch_state> states) const {
@@ -161,7 +170,7 @@ branch_ptr resource_manager::lookup(xa_verb verb, const xid& x, const caller& wh
   if (decidable.size() <= 1) return decidable.empty() ? nullptr : decidable.front();
   r.code = XAER_RMERR;
   r.problem = "xid " + x.to_string() + " names prepared branches of " + std::to_string(decidable.size()) +
-              " users; an operator decides each with escrow xa commit or rollback and its --user";
+              " users; an operator decides each with escrow xa commit or rollback and its --owner";
   return nullptr;
 }
 
@@ -244,6 +253,7 @@ void resource_manager::apply_decision(reply& r, std::uint64_t connection, const 
     case action::end_rolled_back: dissociate(connection, *b); break;
     case action::prepare:
       b->busy = true;
+      ++preparing_[b->owner];
       r.write.put(storage::table::branches, branch_key(b->owner, x), encode_record(*b));
       break;
     case action::read_only: remove(b); break;
@@ -273,6 +283,8 @@ int resource_manager::finish(reply& r, const storage::status& outcome) {
   branch_ptr b = r.target;
   if (!b) return r.code;
   b->busy = false;
+  if (r.act == action::prepare)
+    if (auto p = preparing_.find(b->owner); p != preparing_.end() && --p->second == 0) preparing_.erase(p);
   if (!outcome.ok()) {
     // Nothing of the write happened: give the work back and let the manager try again.
     if (!r.work.empty()) b->work = std::move(r.work);

@@ -258,6 +258,8 @@ bool frame_parser::finish_line(std::string_view line) {
   if (current_.headers.size() >= limits_.max_headers) {
     return fail("frame has more than " + std::to_string(limits_.max_headers) + " headers");
   }
+  // NUL ends a frame; inside a header it would let a name reach past itself (a key's separator).
+  if (line.find('\0') != std::string_view::npos) return fail("header line holds a NUL byte: " + quoted(line));
   // Split at the first colon: values may hold more (1.2 tolerates them, CONNECT passcodes need them).
   const std::size_t colon = line.find(':');
   if (colon == std::string_view::npos) return fail("header line without ':': " + quoted(line));

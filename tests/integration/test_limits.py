@@ -415,3 +415,21 @@ def test_a_local_transaction_open_past_its_timeout_is_rolled_back_and_the_client
     assert c.read_frame().command == "RECEIPT"
     c.send(frame_bytes("SUBSCRIBE", [("id", "1"), ("destination", q)]))
     assert c.read_frame().body == b"sentinel"
+
+
+def test_prepares_sent_without_waiting_cannot_pass_max_prepared_branches_per_user(broker_factory, stomp_client):
+    b = broker_factory(config="[limits]\nmax-prepared-branches-per-user = 2\n")
+    c = stomp_client(b)
+    q = "/queue/" + unique("burst")
+    xids = []
+    for i in range(6):
+        x = new_xid()
+        assert c.xa("START", x).result == "XA_OK"
+        c.send(q, f"m{i}")
+        assert c.xa("END", x, "TMSUCCESS").result == "XA_OK"
+        xids.append(x)
+    # All six prepares are on their way before the first is answered.
+    rids = [c.xa("PREPARE", x, wait=False) for x in xids]
+    results = [c.xa_reply(r).result for r in rids]
+    assert results.count("XA_OK") == 2 and results.count("XAER_RMERR") == 4, results
+    assert len(c.xa("RECOVER", flags="TMSTARTRSCAN|TMENDRSCAN", count=100).body.split()) == 2

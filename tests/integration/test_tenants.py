@@ -304,3 +304,58 @@ def test_populate_validated_user_stamps_the_sender_and_cannot_be_forged(broker_f
     (m,) = alice.wait_messages(1)
     assert m.headers["_AMQ_VALIDATED_USER"] == "alice"
     alice.close()
+
+
+def test_a_nul_in_a_durable_subscription_name_cannot_reach_another_users_subscription(tenants, raw):
+    from conftest import frame_bytes
+    topic, client_id = f"/topic/orders.{unique()}", unique("app")
+    alice = login(tenants, "alice", **{"client-id": client_id})
+    sub = durable(alice, topic, "N")
+    alice.unsubscribe(sub)
+    alice.send(topic, "kept for alice")
+    alice.disconnect()
+    # Bob names "N<NUL>alice", which once made the key of alice's own subscription.
+    r = raw(tenants)
+    r.send(frame_bytes("CONNECT", [("accept-version", "1.2"), ("host", "x"), ("login", "bob"),
+                                   ("passcode", PASSWORDS["bob"]), ("client-id", client_id)]))
+    assert r.read_frame().command == "CONNECTED"
+    r.send(b"UNSUBSCRIBE\ndurable-subscription-name:N\x00alice\nreceipt:u1\n\n\x00")
+    frames = r.read_until_closed()
+    assert frames[0].command == "ERROR" and "header line holds a NUL byte" in frames[0].headers["message"], frames
+    alice = login(tenants, "alice", **{"client-id": client_id})
+    durable(alice, topic, "N")
+    assert [m.body for m in alice.wait_messages(1)] == ["kept for alice"]
+    alice.close()
+
+
+def test_client_text_in_an_error_cannot_forge_a_log_line(broker, raw):
+    from conftest import frame_bytes
+    r = raw(broker)
+    r.send(frame_bytes("CONNECT", [("accept-version", "1.2"), ("host", "x")]))
+    assert r.read_frame().command == "CONNECTED"
+    # The escape \n (STOMP 1.2) is a newline in the transaction's name once the broker reads it.
+    r.send(frame_bytes("COMMIT", [("transaction", "x\\n[error] FORGED LINE"), ("receipt", "c")]))
+    frames = r.read_until_closed()
+    assert frames[0].command == "ERROR", frames
+    broker.wait_log("ERROR COMMIT of transaction 'x\\n[error] FORGED LINE'")
+    assert "\n[error] FORGED LINE" not in broker.log
+
+
+def test_a_prepared_branch_whose_xid_starts_like_an_owned_key_survives_a_restart(broker, stomp_client):
+    # formatID -184549376 encodes with a leading 'u' and -2^31 with leading zero bytes: neither may
+    # be taken for an owner's key when the store is read again.
+    q = f"/queue/{unique('odd-xid')}"
+    xids = [new_xid(format_id=f) for f in (-184549376, -2147483648)]
+    c = stomp_client(broker)
+    for x in xids:
+        assert c.xa("START", x).result == "XA_OK"
+        c.send(q, "odd")
+        assert c.xa("END", x, "TMSUCCESS").result == "XA_OK"
+        assert c.xa("PREPARE", x).result == "XA_OK"
+    c.close()
+    broker.kill9()
+    broker.restart()
+    tm = stomp_client(broker)
+    assert set(xids) <= set(tm.xa("RECOVER", flags="TMSTARTRSCAN|TMENDRSCAN", count=100).body.split())
+    for x in xids:
+        assert tm.xa("COMMIT", x).result == "XA_OK"

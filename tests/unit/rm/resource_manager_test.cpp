@@ -964,8 +964,20 @@ TEST_SUITE("rm/resource_manager") {
     CHECK(owner == "alice");
     CHECK(back == x);
     CHECK_FALSE(xid::decode(branch_key("alice", x)));
-    CHECK_FALSE(decode_branch_key(std::string("u\0", 2) + x.encode(), owner, back));  // empty owner
-    CHECK_FALSE(decode_branch_key(std::string("u\x05") + "ali", owner, back));
+    const std::string owned(5, '\0');
+    CHECK_FALSE(decode_branch_key(owned + std::string(1, '\0') + x.encode(), owner, back));  // empty owner
+    CHECK_FALSE(decode_branch_key(owned + std::string("\x05") + "ali", owner, back));       // cut short
+    // Owner-less keys of any formatID read as they are, even those whose first byte is 'u' or 0.
+    for (std::int64_t format : {std::int64_t{-184549376}, std::int64_t{-2147483647} - 1, std::int64_t{-2}}) {
+      xid odd(format, "g", "b");
+      CAPTURE(format);
+      REQUIRE(decode_branch_key(branch_key("", odd), owner, back));
+      CHECK(owner.empty());
+      CHECK(back == odd);
+      REQUIRE(decode_branch_key(branch_key("alice", odd), owner, back));
+      CHECK(owner == "alice");
+      CHECK(back == odd);
+    }
   }
 
   TEST_CASE("load gives a rebuilt branch its owner") {

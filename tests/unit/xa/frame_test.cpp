@@ -89,6 +89,12 @@ TEST_CASE("a simple frame") {
   CHECK(f.body == "hello");
 }
 
+TEST_CASE("a NUL byte inside a header line is refused, naming the line") {
+  const auto r = parse("UNSUBSCRIBE\ndurable-subscription-name:N\0alice\nreceipt:u1\n\n\0"s);
+  CHECK_FALSE(r.ok);
+  CHECK(r.error == "header line holds a NUL byte: 'durable-subscription-name:N?alice'");
+}
+
 TEST_CASE("an incomplete frame produces nothing yet") {
   frame_parser p;
   std::vector<frame> out;

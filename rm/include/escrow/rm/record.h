@@ -3,8 +3,8 @@
 // encode/decode.
 //
 // Key: xid::encode() for a branch without owner (anonymous broker, or stored before branches had
-// owners); 'u' | string owner | xid::encode() otherwise. An xid's encoding starts with formatID +
-// 2^31, a byte of 0x7f or more, so the two forms cannot be confused.
+// owners); five zero bytes | string owner | xid::encode() otherwise. An xid's encoding has its
+// gtrid length (1 to 64) in its fifth byte, never 0, so the two forms cannot be confused.
 //
 // Layout: u8 version (1) | u8 state (1 prepared, 2 heuristically committed, 3 heuristically rolled
 // back, 4 heuristically mixed) | u64 created (epoch ms) | varint sends | per send: u64 message id,

@@ -116,6 +116,8 @@ class resource_manager {
   const std::map<branch_id, branch_ptr>& branches() const { return branches_; }
   // How many branches of `owner` are in one of `states` (the per-user limits).
   std::size_t count(const std::string& owner, std::initializer_list<branch_state> states) const;
+  // How many of owner's prepares are being written (prepared once finished, if stored).
+  std::size_t preparing(const std::string& owner) const;
   // The largest message id a recovered branch staged (the broker's ids must stay above it).
   std::uint64_t max_staged_message_id() const;
 
@@ -143,6 +145,7 @@ class resource_manager {
   std::map<branch_id, branch_ptr> branches_;
   // Branches by owner and state, for count(); an owner with none has no entry.
   std::unordered_map<std::string, std::array<std::size_t, 9>> tallies_;
+  std::unordered_map<std::string, std::size_t> preparing_;  // prepares in flight, by owner
   std::unordered_map<std::uint64_t, branch_id> active_;  // connection -> branch it is associated with
   struct scan {
     std::vector<xid> xids;
