@@ -49,9 +49,60 @@ void repair(json::value& v) {
 
 }  // namespace
 
+namespace {
+
+// As json::serialize, except that a fractional number is written as people write it (12.345,
+// the shortest form that reads back the same), not in Boost's exponent notation (1.2345E1).
+void write_text(const json::value& v, std::string& out) {
+  switch (v.kind()) {
+    case json::kind::object: {
+      out += '{';
+      bool first = true;
+      for (const auto& [key, item] : v.get_object()) {
+        if (!first) out += ',';
+        first = false;
+        out += json::serialize(json::string_view(key));
+        out += ':';
+        write_text(item, out);
+      }
+      out += '}';
+      return;
+    }
+    case json::kind::array: {
+      out += '[';
+      bool first = true;
+      for (const auto& item : v.get_array()) {
+        if (!first) out += ',';
+        first = false;
+        write_text(item, out);
+      }
+      out += ']';
+      return;
+    }
+    case json::kind::double_:
+      if (std::isfinite(v.get_double())) {
+        std::string number = fmt::format("{}", v.get_double());
+        // Still a fraction to a reader that tells 5 from 5.0.
+        if (number.find_first_of(".e") == std::string::npos) number += ".0";
+        out += number;
+        return;
+      }
+      [[fallthrough]];
+    default: out += json::serialize(v); return;
+  }
+}
+
+std::string text_of(const json::value& v) {
+  std::string out;
+  write_text(v, out);
+  return out;
+}
+
+}  // namespace
+
 std::string to_json(json::value v) {
   repair(v);
-  return json::serialize(v);
+  return text_of(v);
 }
 
 double json_seconds(double seconds) { return std::round(seconds * 1000) / 1000; }
@@ -106,7 +157,7 @@ bool json_page::add(std::size_t which, json::value entry, std::string cursor) {
     return false;
   }
   repair(entry);
-  std::size_t grown = entries_bytes_ + (arrays_[which].empty() ? 0 : 1) + json::serialize(entry).size();
+  std::size_t grown = entries_bytes_ + (arrays_[which].empty() ? 0 : 1) + text_of(entry).size();
   if (count_ > 0 && fixed_ + grown + cursor.size() > max_bytes_) {
     full_ = true;
     return false;
@@ -124,7 +175,7 @@ std::string json_page::finish(bool more) const {
   for (std::size_t i = 0; i < names_.size(); ++i) out[names_[i]] = arrays_[i];
   out["more"] = more && count_ > 0;
   if (more && count_ > 0) out["next"] = last_cursor_;
-  return json::serialize(out);
+  return text_of(out);
 }
 
 }  // namespace escrow::broker

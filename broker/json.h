@@ -17,8 +17,7 @@ namespace json = boost::json;
 
 // `v` as JSON text, strings and keys that are not UTF-8 repaired.
 std::string to_json(json::value v);
-// A duration in seconds to the millisecond, as the answers give it (Boost.JSON writes a double in
-// the shortest form that reads back the same, in exponent notation: 12.345 is 1.2345E1).
+// A duration in seconds to the millisecond, as the answers give it (written as 12.345).
 double json_seconds(double seconds);
 
 // Paged list answers (docs/operations.md, "Paged answers"). A cursor names the last entry of a

@@ -13,7 +13,11 @@ TEST_CASE("to_json writes Boost.JSON values with numbers, booleans and null as t
   json::object o{{"a", 1}, {"list", {1, "x", json::object{}}}, {"ok", true}, {"none", nullptr},
                  {"big", std::uint64_t{18446744073709551615u}}};
   CHECK(to_json(o) == R"({"a":1,"list":[1,"x",{}],"ok":true,"none":null,"big":18446744073709551615})");
-  CHECK(to_json(json_seconds(1.23456)) == "1.235E0");
+  // Fractions as people write them, never in exponent notation; a whole number of seconds stays a fraction.
+  CHECK(to_json(json_seconds(1.23456)) == "1.235");
+  CHECK(to_json(json_seconds(12.345)) == "12.345");
+  CHECK(to_json(json::object{{"s", json_seconds(5.0)}, {"list", json::array{0.5, 86400.25}}}) ==
+        R"({"s":5.0,"list":[0.5,86400.25]})");
 }
 
 TEST_CASE("strings and keys are escaped, and bytes that are not UTF-8 become U+FFFD") {
