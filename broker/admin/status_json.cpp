@@ -1,6 +1,6 @@
 // /status: a metrics snapshot as one JSON object (json.h). Pure: no I/O, no state.
 // docs/operations.md shows an example.
-#include "escrow/broker/core/json.h"
+#include "json.h"
 #include "escrow/broker/admin/metrics_text.h"
 
 namespace escrow::broker {

@@ -41,6 +41,7 @@ broker::impl::impl(asio::io_context& io, storage::store& s, const broker_config&
     auto it = queues_by_id.find(id);
     return it != queues_by_id.end() && !it->second->dropping;
   });
+  admin_view = make_admin_view();
   auto strand = asio::make_strand(io);
   post = [strand](std::function<void()> fn) { asio::post(strand, std::move(fn)); };
   timers.reset(new core_timers{asio::steady_timer(strand), asio::steady_timer(strand), asio::steady_timer(strand),

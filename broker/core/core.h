@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "escrow/broker/config/address_settings.h"
+#include "escrow/broker/core/admin_core.h"
 #include "escrow/broker/core/broker.h"
 #include "escrow/rm/resource_manager.h"
 #include "escrow/broker/core/metrics.h"
@@ -94,25 +95,7 @@ struct undelivered_counters {
   std::uint64_t dead_letters_dropped = 0;
 };
 
-// The answer to one ADMIN frame (admin*.cpp): a RECEIPT with `admin-status` and, when ok, a JSON
-// body; otherwise `message` says what went wrong and what to do (docs/operations.md).
-struct admin_outcome {
-  std::string status = "ok";  // ok, not-found, refused, invalid
-  std::string message;        // set when status is not ok
-  std::string json;           // the body when ok (a purge or move cut short also says what it did)
-};
-using admin_done = std::function<void(admin_outcome)>;
-
-// The page a list command (queues, connections, subscriptions, xa-list) is asked for: the ADMIN
-// frame's `limit` (at most admin.max-page-size, its default) and `after` (the `next` cursor of the
-// previous page; absent: from the start) headers (docs/operations.md, "Paged answers").
-struct page_request {
-  std::size_t limit = 0;
-  std::size_t max_bytes = 0;  // admin.max-page-bytes
-  std::optional<std::string> after;  // as sent: each list reads its own form
-};
-
-// An `escrow purge` or `escrow move` under way over one queue (admin_messages.cpp). It goes through
+// An `escrow purge` or `escrow move` under way over one queue (sweeps.cpp). It goes through
 // the queue's stored entries in key order, one slice per core turn, and starts the next slice only
 // once the previous one's batch is stored, so memory stays bounded and other connections are
 // served between slices.
@@ -132,7 +115,7 @@ struct queue_sweep {
   std::size_t handled = 0;  // purged or moved
   std::size_t held = 0;     // held when the cursor passed them (in flight, in a branch): left alone
   std::size_t slices = 0;   // slices read
-  admin_done done;          // the operator's answer, once the sweep ends
+  std::function<void(const sweep_report&)> done;  // the operator's answer, once the sweep ends
 };
 using sweep_ptr = std::shared_ptr<queue_sweep>;
 
@@ -270,40 +253,30 @@ struct broker::impl {
   void handle_disconnect(const connection_ptr& c, const frame& f);
   void handle_transaction(const connection_ptr& c, const frame& f);  // BEGIN, COMMIT, ABORT
   void handle_xa(const connection_ptr& c, const frame& f);           // XA-* frames
-  // ADMIN frames (the `escrow` command): every one enters here (admin.cpp).
+  // ADMIN frames (the `escrow` command): every one enters here (admin_core.cpp), which checks the
+  // receipt header and the permissions and hands the frame to `admin` (broker/admin, installed
+  // by broker::use_admin) with `admin_view`, the core as admin_core.h lets it be seen.
   void handle_admin(const connection_ptr& c, const frame& f);
-
-  // Admin commands, one per admin-command header value (admin*.cpp, docs/operations.md).
-  admin_outcome admin_status() const;
-  // The page `f` asks for; an invalid outcome when its limit header is malformed.
-  std::optional<admin_outcome> page_asked(const frame& f, page_request& out) const;
-  admin_outcome admin_queues(const frame& f) const;
-  admin_outcome admin_queue_show(const frame& f);
-  admin_outcome admin_browse(const frame& f) const;
-  void admin_purge(const frame& f, admin_done done);
-  void admin_move(const frame& f, admin_done done);
-  // Purges and moves in slices (admin_messages.cpp). At most one runs per queue, by source queue id.
+  admin_handler admin;
+  class core_admin;  // admin_core.cpp
+  std::unique_ptr<admin_core> admin_view;
+  std::unique_ptr<admin_core> make_admin_view();
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  std::vector<std::string> listeners;  // "HOST:PORT" as bound (broker::set_listeners)
+  std::thread backup_worker;           // the running (or last) `escrow backup`, joined at exit
+  bool backup_running = false;
+  // Purges and moves in slices (sweeps.cpp). At most one runs per queue, by source queue id.
   std::unordered_map<std::uint32_t, sweep_ptr> sweeps;
-  // The refusal for a second purge or move of `q` while one runs; nullopt when none runs.
-  std::optional<admin_outcome> sweep_running(const queue& q) const;
+  std::optional<sweep_report> sweep_running(std::uint32_t queue_id) const;
   void start_sweep(sweep_ptr s);               // registers it and runs its first slice now
   void sweep_slice(const sweep_ptr& s);        // reads the next page, submits its batch
   void purge_slice(const sweep_ptr& s, std::vector<sweep_page_entry> page);
   void move_slice(const sweep_ptr& s, std::vector<sweep_page_entry> page);
   void next_sweep_slice(const sweep_ptr& s);   // posts the next slice, or ends the sweep
-  void end_sweep(const sweep_ptr& s, admin_outcome o);  // unregisters it and answers the operator
-  admin_outcome admin_connections(const frame& f) const;
-  admin_outcome admin_subscriptions(const frame& f) const;
-  void admin_subscription_delete(const frame& f, admin_done done);
-  admin_outcome admin_xa_list(const frame& f) const;
-  void admin_xa_decide(const connection_ptr& c, const frame& f, admin_done done);  // commit, rollback, forget
-  void admin_backup(const frame& f, admin_done done);
+  // Unregisters it and gives the operator's handler its report.
+  void end_sweep(const sweep_ptr& s, sweep_report::ending how, std::string store_message = {});
   // A queue or durable subscription by the name operators see ("orders", "CLIENT-ID.NAME").
   queue_ptr find_by_name(std::string_view name) const;
-  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
-  std::vector<std::string> listeners;  // "HOST:PORT" as bound (broker::set_listeners)
-  std::thread backup_worker;           // the running (or last) `escrow backup`, joined at exit
-  bool backup_running = false;
 
   // Transactions.
   // The branch a SEND, ACK or NACK belongs to: its `transaction` header's local transaction, or
@@ -323,14 +296,7 @@ struct broker::impl {
   queue_ptr find_durable(const connection& c, const std::string& name);
   // Who makes the XA calls of `c`: its user, and whether it may decide others' prepared branches.
   rm::caller caller_of(const connection& c) const;
-  // The branch an operator means by `x` (and the `user` header, when given): its owner. Several
-  // users' branches with that xid and no user named: `problem` says so (code XAER_RMERR).
-  struct operator_target {
-    std::string user;
-    std::string name;  // "XID" or "XID of user U", for logs and answers
-    int code = 0;
-    std::string problem;
-  };
+  // The branch an operator means by `x` (and the `user` header, when given): admin_core.h.
   operator_target owner_for_operator(const xid& x, const std::string* user) const;
   void expire_branches();
   // A local transaction rolled back at transactions.local-timeout-ms: its connection gets an ERROR.
@@ -454,8 +420,6 @@ struct broker::impl {
   void collect_queues(metrics_snapshot& s) const;
 };
 
-// Milliseconds since the epoch, the unit of `expires` and `timestamp`.
-std::uint64_t now_ms();
 
 // "user 'NAME'", or "anonymous": who a connection is, in errors (permissions.cpp).
 std::string who(const connection& c);

@@ -157,7 +157,7 @@ void broker::impl::carry_out(rm::resource_manager::reply r, std::function<void(i
   });
 }
 
-broker::impl::operator_target broker::impl::owner_for_operator(const xid& x, const std::string* user) const {
+operator_target broker::impl::owner_for_operator(const xid& x, const std::string* user) const {
   operator_target t;
   t.name = x.to_string();
   if (user) {

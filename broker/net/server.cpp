@@ -27,6 +27,7 @@
 #include "graceful_stop.h"
 #include "reload.h"
 #include "escrow/storage/store.h"
+#include "escrow/broker/admin/admin.h"
 #include "escrow/broker/admin/http_server.h"
 #include "session.h"
 #include "tls.h"
@@ -386,6 +387,7 @@ int run_server(const broker_config& config) {
     }
   } closer{core, store};
   core.use_authenticator(&auth);
+  core.use_admin(handle_admin_command);
   if (storage::status s = core.open(); !s.ok()) {
     spdlog::critical("cannot load the store: {}", s.message());
     return kCannotStart;

@@ -1,10 +1,10 @@
-// broker/core/json.cpp: the broker's JSON (valid UTF-8 whatever the bytes), cursors and pages.
+// broker/admin/json.cpp: the broker's JSON (valid UTF-8 whatever the bytes), cursors and pages.
 #include <doctest/doctest.h>
 
 #include <cstdint>
 #include <string>
 
-#include "escrow/broker/core/json.h"
+#include "json.h"
 #include "escrow/broker/security/names.h"
 
 using namespace escrow::broker;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "escrow/broker/config/config.h"
+#include "escrow/broker/core/admin_core.h"
 #include "escrow/frame.h"
 #include "escrow/storage/status.h"
 #include "escrow/broker/core/outbound.h"
@@ -63,6 +64,11 @@ class broker {
   // with every permission. Call before the first connection.
   void use_authenticator(authenticator* a);
   authenticator* authentication() const;  // null when anonymous. Thread-safe.
+
+  // ADMIN frames are answered by `h` (broker/admin: handle_admin_command), which sees the core
+  // through admin_core.h; without one every ADMIN frame is answered invalid. Call before the first
+  // connection.
+  void use_admin(admin_handler h);
 
   // A fresh id for a new connection. Thread-safe.
   std::uint64_t new_connection_id();

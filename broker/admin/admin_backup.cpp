@@ -18,9 +18,9 @@
 #include <filesystem>
 #include <system_error>
 
-#include "core.h"
+#include "admin_commands.h"
 #include "escrow/storage/store.h"
-#include "escrow/broker/core/json.h"
+#include "json.h"
 
 namespace escrow::broker {
 namespace {
@@ -95,23 +95,23 @@ std::string open_target(const std::string& root_setting, const std::string& path
 
 }  // namespace
 
-void broker::impl::admin_backup(const frame& f, admin_done done) {
+void admin_backup(admin_core& core, const frame& f, admin_done done) {
   std::string path(f.get("path"));
   bool compact = f.get("compact") == "true";
   if (path.empty() || !fs::path(path).is_absolute())
     return done({"invalid", "backup needs an absolute path header (a directory on the broker's machine), got '" +
                                 path + "'", {}});
-  if (config.backup_root.empty())
+  if (core.config().backup_root.empty())
     return done({"refused",
                  "backups are off: escrowd writes them only under [storage] backup-root, which is not set; set it "
                  "to a directory for backups (e.g. backup-root = \"/var/backups/escrow\") and reload escrowd "
                  "(docs/operations.md)",
                  {}});
-  if (backup_running) return done({"refused", "a backup is already running; try again when it has finished", {}});
-  if (backup_worker.joinable()) backup_worker.join();  // the last one, finished
-  backup_running = true;
-  // The file system work runs on the worker too: resolving a path may block (a network mount).
-  backup_worker = std::thread([this, root = config.backup_root, path, compact, done = std::move(done)]() mutable {
+  if (core.backup_running())
+    return done({"refused", "a backup is already running; try again when it has finished", {}});
+  // The file system work runs on the backup thread too: resolving a path may block (a network mount).
+  core.run_backup([&store = core.store(), root = core.config().backup_root, path, compact,
+                   done = std::move(done)]() mutable -> std::function<void()> {
     auto started_at = std::chrono::steady_clock::now();
     backup_target target;
     std::string refused = open_target(root, path, target);
@@ -129,8 +129,8 @@ void broker::impl::admin_backup(const frame& f, admin_done done) {
       if (!s.ok()) ::unlinkat(target.dir_fd.fd, "data.mdb", 0);
     }
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at).count();
-    post([this, s, refused, dir = target.dir, path, compact, seconds, bytes, done = std::move(done)] {
-      backup_running = false;
+    // On the core strand, once the backup thread is done.
+    return [s, refused, dir = target.dir, path, compact, seconds, bytes, done = std::move(done)] {
       if (!refused.empty()) {
         spdlog::warn("backup to {} refused: {}", path, refused);
         done({"refused", refused, {}});
@@ -142,8 +142,7 @@ void broker::impl::admin_backup(const frame& f, admin_done done) {
         done({"ok", {}, to_json(json::object{{"path", dir}, {"compact", compact}, {"bytes", bytes},
                                              {"seconds", json_seconds(seconds)}})});
       }
-      flush();
-    });
+    };
   });
 }
 

@@ -1,5 +1,5 @@
 // The broker's JSON: Boost.JSON values made valid UTF-8 and written, cursors and pages (json.h).
-#include "escrow/broker/core/json.h"
+#include "json.h"
 
 #include <fmt/format.h>
 

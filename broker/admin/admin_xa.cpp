@@ -4,16 +4,18 @@
 // forgetting a heuristically completed one. docs/operations.md, "Resolving in-doubt transactions".
 #include <spdlog/spdlog.h>
 
-#include "core.h"
+#include "admin_commands.h"
+#include "escrow/rm/resource_manager.h"
 #include "escrow/xa.h"
-#include "escrow/broker/core/json.h"
+#include "json.h"
 
 namespace escrow::broker {
 
 // Branches by owner, then xid; the cursor is OWNER:XID (the owner escaped, ':' included).
-admin_outcome broker::impl::admin_xa_list(const frame& f) const {
+admin_outcome admin_xa_list(const admin_core& core, const frame& f) {
   page_request p;
-  if (auto bad = page_asked(f, p)) return *bad;
+  if (auto bad = page_asked(core, f, p)) return *bad;
+  const rm::resource_manager& rm = core.branches();
   auto it = rm.branches().begin();
   if (p.after) {
     std::string_view a = *p.after;
@@ -25,9 +27,9 @@ admin_outcome broker::impl::admin_xa_list(const frame& f) const {
     it = rm.branches().upper_bound(rm::branch_id{*owner, *x});
   }
   std::uint64_t now = now_ms();
-  auto queue_name = [this](std::uint32_t id) {
-    queue_ptr q = find_by_id(id);
-    return q ? q->name() : "(queue id " + std::to_string(id) + ", gone)";
+  auto queue_name = [&core](std::uint32_t id) {
+    std::optional<std::string> name = core.queue_name(id);
+    return name ? *name : "(queue id " + std::to_string(id) + ", gone)";
   };
   json_page page({"branches"}, p.limit, p.max_bytes);
   bool more = false;
@@ -62,14 +64,15 @@ admin_outcome broker::impl::admin_xa_list(const frame& f) const {
   return {"ok", {}, page.finish(more)};
 }
 
-void broker::impl::admin_xa_decide(const connection_ptr& c, const frame& f, admin_done done) {
+void admin_xa_decide(admin_core& core, std::uint64_t connection_id, const frame& f, admin_done done) {
   std::string command(f.get("admin-command"));
   std::string xid_error;
   auto x = xid::parse(f.get("xid"), &xid_error);
   if (!x)
     return done({"invalid", f.has("xid") ? xid_error : command + " needs the xid header", {}});
-  auto target = owner_for_operator(*x, f.find("user"));
+  auto target = core.owner_for_operator(*x, f.find("user"));
   if (!target.problem.empty()) return done({"invalid", target.problem, {}});
+  const rm::resource_manager& rm = core.branches();
   auto it = rm.branches().find(rm::branch_id{target.user, *x});
   if (it == rm.branches().end())
     return done({"not-found", "no branch " + target.name + " (escrow xa list shows the branches the broker has)", {}});
@@ -84,8 +87,8 @@ void broker::impl::admin_xa_decide(const connection_ptr& c, const frame& f, admi
       return answer(XAER_PROTO, "branch " + x->to_string() + " is " + state +
                                     ": only a heuristically completed branch can be forgotten");
     spdlog::warn("operator forgets heuristically completed branch {}", target.name);
-    return carry_out(rm.call(rm::xa_verb::forget, c->id, *x, TMNOFLAGS, rm::caller{target.user}),
-                     [answer, id = x->to_string()](int code) { answer(code, "forgetting " + id + " failed"); });
+    return core.xa_forget(connection_id, *x, target.user,
+                          [answer, id = x->to_string()](int code) { answer(code, "forgetting " + id + " failed"); });
   }
   bool commit = command == "xa-commit";
   if (b->state != rm::branch_state::prepared || b->busy)
@@ -93,7 +96,7 @@ void broker::impl::admin_xa_decide(const connection_ptr& c, const frame& f, admi
                                   (b->busy ? " (a decision is being written)" : "") +
                                   ": only a prepared branch can be committed or rolled back heuristically");
   spdlog::warn("operator decision: heuristic {} of prepared branch {}", commit ? "commit" : "rollback", target.name);
-  carry_out(rm.heuristic(*x, commit, target.user), [answer, id = x->to_string()](int code) {
+  core.xa_heuristic(*x, commit, target.user, [answer, id = x->to_string()](int code) {
     answer(code, "the decision on " + id + " was not stored; the branch stays prepared");
   });
 }

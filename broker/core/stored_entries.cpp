@@ -1,5 +1,5 @@
-// Reading stored queue entries for the admin commands (admin_store.h).
-#include "admin_store.h"
+// Reading stored queue entries (stored_entries.h).
+#include "escrow/broker/core/stored_entries.h"
 
 #include <optional>
 #include <string>

@@ -1,6 +1,6 @@
-// Reading a queue's stored messages for the admin commands (browse, purge, move, the oldest
-// message's age) straight from LMDB, without touching the queue: nothing is held, delivered or
-// counted. Safe from the core strand (short read transactions).
+// Reading a queue's stored messages straight from LMDB, without touching the queue: nothing is
+// held, delivered or counted. For the admin commands (broker/admin: browse, the oldest message's
+// age) and the core's purges and moves (sweeps.cpp). Short read transactions, safe from any thread.
 #pragma once
 
 #include <cstdint>
