@@ -29,6 +29,7 @@
 #include <map>
 
 #include "escrow/storage/coding.h"
+#include "escrow/storage/commit_log.h"
 #include "escrow/storage/store.h"
 
 namespace escrow::storage {
@@ -240,6 +241,11 @@ class checker {
                 "a u32 (4 bytes), this value is " + std::to_string(v.size()) + " bytes; escrowd refuses to start");
       }
     }
+    log_position position;
+    if (get(table::meta, kLogPositionKey, v) && !log_position::decode(v, position))
+      problem(problem_kind::undecodable, table::meta, kLogPositionKey,
+              "the commit log position is 24 bytes (salt, lsn, end), this value is " + std::to_string(v.size()) +
+                  " bytes; escrowd refuses to start");
   }
 
   void check_queues() {

@@ -42,8 +42,12 @@ bool fault_plan::parse(std::string_view spec, fault_plan& out, std::string& erro
       r.at = point::commit;
     } else if (where == "sync") {
       r.at = point::sync;
+    } else if (where == "data_sync") {
+      r.at = point::data_sync;
+    } else if (where == "replay") {
+      r.at = point::replay;
     } else {
-      error = "fault rule '" + std::string(text) + "': the point is commit or sync";
+      error = "fault rule '" + std::string(text) + "': the point is commit, sync, data_sync or replay";
       return false;
     }
     bool ranged = true;
@@ -78,7 +82,7 @@ bool fault_plan::parse(std::string_view spec, fault_plan& out, std::string& erro
 }
 
 fault_plan::fault fault_plan::next(point p) {
-  std::uint64_t n = p == point::commit ? ++commits_ : ++syncs_;
+  std::uint64_t n = ++counts_[static_cast<int>(p)];
   for (const rule& r : rules_)
     if (r.at == p && n >= r.first && n <= r.last) return r.what;
   return fault::none;

@@ -1,8 +1,10 @@
-// The LMDB environment and the committer thread. LMDB allows one write transaction at a time, bound
-// to the thread that began it, and each commit syncs (data pages, then the meta page). So one
-// thread owns every write: it drains all waiting batches into one transaction, applies each batch
-// in a nested transaction (a batch that fails leaves no trace and does not spoil the others),
-// commits once, and only then reports each batch's completion. That is group commit.
+// The LMDB environment, the commit log and the committer thread. LMDB allows one write transaction
+// at a time, bound to the thread that began it. So one thread owns every write: it drains all
+// waiting batches into one transaction, applies each batch in a nested transaction when one fails
+// (a batch that fails leaves no trace and does not spoil the others), commits once without a
+// sync, appends the group's batches to the commit log and syncs that, and only then reports each
+// batch's completion. That is group commit at the cost of one sequential sync; data.mdb is synced
+// by a thread of its own meanwhile (docs/storage.md, "The commit log").
 #include "escrow/storage/store.h"
 
 #include <fcntl.h>
@@ -32,6 +34,8 @@
 #include <vector>
 
 #include "escrow/storage/coding.h"
+#include "escrow/storage/commit_log.h"
+#include "escrow/storage/lmdb_meta.h"
 #include "escrow/storage/schema.h"
 
 namespace escrow::storage {
@@ -99,6 +103,16 @@ class map_readers {
   std::atomic<int> state_{0};
 };
 
+// A short read-only transaction, aborted on scope exit (LMDB readers must stay short).
+struct read_txn {
+  MDB_txn* txn = nullptr;
+  int rc = 0;
+  explicit read_txn(MDB_env* env) { rc = mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn); }
+  ~read_txn() {
+    if (txn) mdb_txn_abort(txn);
+  }
+};
+
 struct pending_batch {
   batch work;
   store::completion done;
@@ -122,6 +136,27 @@ struct store::impl {
   std::condition_variable copies_done;
   std::thread committer;
 
+  // The commit log (commit_log.h) and what the committer has reserved in it for the group it is
+  // writing: the record's place and its payload (the group's batches).
+  std::unique_ptr<commit_log> log;
+  std::uint64_t data_file_id = 0;  // data.mdb's inode: the log names the file it belongs to
+  log_position log_at;
+  std::string log_payload;
+  bool log_record = false;    // false: the group is too large for the log (synced the old way)
+  std::uint64_t last_txnid = 0;  // the committer's last commit
+
+  // The data syncer: syncs data.mdb after each commit, beside the log's sync. A commit begins only
+  // once the one before it is synced, so that LMDB's older meta page always names a whole, synced
+  // commit (what start-up may go back to). Guarded by sync_mutex.
+  std::mutex sync_mutex;
+  std::condition_variable sync_changed;
+  std::uint64_t sync_requested = 0, sync_done = 0;  // transaction ids
+  fault_plan::fault sync_fault = fault_plan::fault::none;
+  int sync_error = 0;  // sticky: the first failed sync
+  int data_sync_error = 0;  // the committer's copy of it, as seal() last saw it
+  bool syncer_stopping = false;
+  std::thread syncer;
+
   // Sticky after a failed sync. Written by the committer only; atomic so that stats() and
   // writable() may read it from any thread.
   std::atomic<bool> failed{false};
@@ -139,7 +174,6 @@ struct store::impl {
   mutable std::atomic<std::uint64_t> live_bytes{0};
   mutable std::atomic<std::uint64_t> reusable_bytes{0};
   mutable std::atomic<std::uint64_t> disk_free{0};
-  mutable std::atomic<bool> low_disk{false};  // near the floor: sync each group before the next
   void measure_room() const;
   std::chrono::steady_clock::time_point last_trim;  // committer thread only
   std::atomic<std::uint64_t> commits{0};
@@ -163,24 +197,34 @@ struct store::impl {
   }
 
   status open_environment();
+  status recover_before_open(bool new_store);
+  status replay_log();
+  status start_log();
+  status apply_record(const log_position& at, std::string_view payload);
   void run_committer();
+  void run_syncer();
+  void request_data_sync(std::uint64_t txnid);
+  int wait_data_synced();
+  int data_sync(fault_plan::fault planned);
+  int seal(MDB_txn* txn, std::vector<pending_batch>& group);
+  int make_durable();
+  void close_cleanly();
   void trim_resident_pages();
   void find_map();
   static constexpr int kRetryIsolated = -1;  // not an LMDB code: "apply the group batch by batch"
   static constexpr int kInjectedFull = -2;   // not an LMDB code: a full map that growing cannot cure
+  static constexpr int kDataSyncFailed = -3;  // not an LMDB code: the data syncer's sync failed
   void enqueue(std::span<pending_batch> batches);
   int apply_group(std::vector<pending_batch>& group, bool isolated, bool stop_on_full, MDB_txn*& txn,
                   std::uint64_t& applied);
   int write_group(std::vector<pending_batch>& group, std::uint64_t& applied);
   int commit(MDB_txn* txn);
-  int sync();
   bool grow_map();
-  void fail_for_good(const status& why, std::vector<pending_batch>& unsynced, std::vector<pending_batch>& group);
-  void sync_and_complete(std::vector<pending_batch>& unsynced);
+  void fail_for_good(const status& why, std::vector<pending_batch>& group);
   void complete(std::vector<pending_batch>& done);
   void* map_base = nullptr;  // where LMDB mapped data.mdb, if found
   std::size_t map_length = 0;
-  int apply(MDB_txn* txn, const batch& b);
+  int apply(MDB_txn* txn, std::string_view rep);
   int release(MDB_txn* txn, std::string_view key);
   int set_delivery_count(MDB_txn* txn, std::string_view entry_key, std::string_view count);
   int remove_entry(MDB_txn* txn, std::string_view entry_key);
@@ -215,12 +259,15 @@ status store::impl::open_environment() {
             "data directory " + options.path + " is in use by another escrowd (" + lock_path +
                 " is locked); stop it or choose another --data-dir"};
 
+  if (status s = recover_before_open(new_store); !s.ok()) return s;
+
   int rc = mdb_env_create(&env);
   if (rc == 0) rc = mdb_env_set_maxdbs(env, kTableCount + 2);
   if (rc == 0) rc = mdb_env_set_mapsize(env, options.map_size);
   if (rc == 0) rc = mdb_env_set_maxreaders(env, 512);
   // MDB_NOTLS: read transactions are not tied to a thread, so any Asio thread may read.
-  // MDB_NOMETASYNC: the committer syncs the meta page itself before reporting (run_committer).
+  // MDB_NOMETASYNC while the store opens (a commit syncs its data pages before it writes its meta
+  // page; start_log syncs that too); the committer's commits then run with MDB_NOSYNC (start_log).
   if (rc == 0) rc = mdb_env_open(env, options.path.c_str(), MDB_NOTLS | MDB_NOMETASYNC, 0600);
   if (rc != 0) return from_lmdb(rc, "cannot open the store in " + options.path);
   int dead = 0;
@@ -293,7 +340,115 @@ status store::impl::open_environment() {
     rc = sync_directory(parent.string());
   }
   if (rc != 0) return from_lmdb(rc, "cannot sync the data directory " + options.path);
+  if (status s = replay_log(); !s.ok()) return s;
+  return start_log();
+}
+
+// Before LMDB opens: read the commit log, and when the store was not closed cleanly and its latest
+// commit came after what the log calls durable (LMDB's commits run without a sync of their own),
+// go back to the commit before it, which is whole and synced; replay_log then applies the log's
+// records again. The base moves back with it, so that a crash during recovery does not go back
+// twice.
+status store::impl::recover_before_open(bool new_store) {
+  if (status s = commit_log::open(options.path, log); !s.ok()) return s;
+  std::string data_file = options.path + "/data.mdb";
+  struct stat st {};
+  if (::stat(data_file.c_str(), &st) == 0) data_file_id = static_cast<std::uint64_t>(st.st_ino);
+  if (new_store || !log->found()) return {};
+  if (log->current().data_file != data_file_id) {
+    spdlog::warn("storage: the commit log of {} belongs to another data.mdb (was data.mdb restored from a "
+                 "backup?); it is not replayed and starts anew", options.path);
+    log.reset();  // start_log opens it again and starts a new generation over it
+    return {};
+  }
+  lmdb_metas metas;
+  if (status s = read_lmdb_metas(data_file, metas); !s.ok()) return s;
+  if (metas.latest_txnid <= log->current().base_txnid) return {};
+  spdlog::warn("storage: {} was not closed cleanly; its last LMDB commit ({}) is set aside and the commit log "
+               "replayed from commit {}", options.path, metas.latest_txnid, metas.other_txnid);
+  if (status s = discard_latest_lmdb_commit(data_file, metas); !s.ok()) return s;
+  return log->set_base(metas.other_txnid);
+}
+
+// Applies one commit log record (a group's batches) to LMDB in one transaction with its position,
+// and syncs it: after it, LMDB holds the record durably whatever happens next.
+status store::impl::apply_record(const log_position& at, std::string_view payload) {
+#ifdef ESCROW_FAULT_INJECTION
+  if (faults.next(fault_plan::point::replay) == fault_plan::fault::kill) raise(SIGKILL);
+#endif
+  for (;;) {
+    MDB_txn* txn = nullptr;
+    int rc = mdb_txn_begin(env, nullptr, 0, &txn);
+    std::string_view rest = payload;
+    std::uint64_t count = 0;
+    bool well_formed = get_varint(rest, count);
+    for (std::uint64_t i = 0; rc == 0 && well_formed && i < count; ++i) {
+      std::string_view rep;
+      well_formed = get_string(rest, rep);
+      if (well_formed) rc = apply(txn, rep);
+    }
+    if (rc == 0 && (!well_formed || !rest.empty())) rc = MDB_INVALID;
+    std::string position = at.encode();
+    MDB_val key = as_val(kLogPositionKey), value = as_val(position);
+    if (rc == 0) rc = mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &value, 0);
+    if (rc == 0) {
+      rc = mdb_txn_commit(txn);
+    } else if (txn) {
+      mdb_txn_abort(txn);
+    }
+    if (rc == MDB_MAP_FULL && grow_map()) continue;
+    if (rc == 0) rc = mdb_env_sync(env, 1);
+    if (rc == 0) return {};
+    status s = from_lmdb(rc, "the commit log record " + std::to_string(at.lsn) + " of " + options.path +
+                                 " does not apply to the store");
+    return {s.which() == status::code::store_full ? s.which() : status::code::corrupt,
+            s.message() + "; escrowd cannot start until it does (docs/storage.md, \"The commit log\")"};
+  }
+}
+
+// Applies the log's records after the position LMDB holds.
+status store::impl::replay_log() {
+  if (!log || !log->found()) return {};
+  log_position from;
+  {
+    read_txn r(env);
+    if (r.rc != 0) return from_lmdb(r.rc, "cannot begin a read");
+    MDB_val key = as_val(kLogPositionKey), value;
+    int rc = mdb_get(r.txn, dbi[static_cast<int>(table::meta)], &key, &value);
+    if (rc == 0 && !log_position::decode(as_view(value), from))
+      return corrupt_record(table::meta, kLogPositionKey, "the log position is 24 bytes (salt, lsn, end)");
+  }
+  auto started = std::chrono::steady_clock::now();
+  std::uint64_t records = 0;
+  status s = log->replay(from, [&](const log_position& at, std::string_view payload) {
+    ++records;
+    return apply_record(at, payload);
+  });
+  if (!s.ok()) return s;
+  if (records > 0)
+    spdlog::info("storage: replayed {} commits from the commit log of {} in {} ms", records, options.path,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());
   return {};
+}
+
+// Makes what LMDB holds durable, starts a new generation of the log on it, and turns the
+// committer's commits to MDB_NOSYNC: from here on the log's sync is what makes a group durable.
+status store::impl::start_log() {
+  int rc = mdb_env_sync(env, 1);
+  MDB_envinfo info{};
+  if (rc == 0) rc = mdb_env_info(env, &info);
+  if (rc != 0) return from_lmdb(rc, "cannot sync the store in " + options.path);
+  last_txnid = info.me_last_txnid;
+  struct stat st {};
+  if (::stat((options.path + "/data.mdb").c_str(), &st) != 0)
+    return {status::code::io_error, "cannot stat " + options.path + "/data.mdb: " + std::strerror(errno)};
+  data_file_id = static_cast<std::uint64_t>(st.st_ino);
+  if (!log) {
+    if (status s = commit_log::open(options.path, log); !s.ok()) return s;
+  }
+  if (status s = log->start_generation(last_txnid, data_file_id, options.log_size); !s.ok()) return s;
+  rc = mdb_env_set_flags(env, MDB_NOSYNC, 1);
+  return from_lmdb(rc, "cannot set the store's flags");
 }
 
 // What send_room() answers from: the pages the tables use (each table's branch, leaf and
@@ -325,7 +480,6 @@ void store::impl::measure_room() const {
   struct statvfs vfs{};
   if (::statvfs(options.path.c_str(), &vfs) == 0) {
     disk_free = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-    low_disk = disk_free.load() < options.min_free_disk + (64ull << 20);
   }
 }
 
@@ -394,9 +548,9 @@ int store::impl::remove_entry(MDB_txn* txn, std::string_view entry_key) {
   return release(txn, message_key(parsed.message_id));
 }
 
-int store::impl::apply(MDB_txn* txn, const batch& b) {
+int store::impl::apply(MDB_txn* txn, std::string_view rep) {
   int rc = 0;
-  bool well_formed = batch::decode(b.rep(), [&](batch::op o, table t, std::string_view k, std::string_view v) {
+  bool well_formed = batch::decode(rep, [&](batch::op o, table t, std::string_view k, std::string_view v) {
     if (rc != 0) return;
     MDB_val key = as_val(k), value = as_val(v);
     MDB_dbi d = dbi[static_cast<int>(t)];
@@ -427,7 +581,7 @@ int store::impl::apply_group(std::vector<pending_batch>& group, bool isolated, b
   for (auto& p : group) {
     if (p.work.empty()) continue;
     if (!isolated) {
-      int brc = apply(txn, p.work);
+      int brc = apply(txn, p.work.rep());
       if (brc == MDB_MAP_FULL && stop_on_full) return MDB_MAP_FULL;
       if (brc != 0) return kRetryIsolated;
       ++applied;
@@ -435,7 +589,7 @@ int store::impl::apply_group(std::vector<pending_batch>& group, bool isolated, b
     }
     MDB_txn* child = nullptr;
     int brc = mdb_txn_begin(env, txn, 0, &child);
-    if (brc == 0) brc = apply(child, p.work);
+    if (brc == 0) brc = apply(child, p.work.rep());
     if (brc == 0) {
       brc = mdb_txn_commit(child);
     } else if (child) {
@@ -451,41 +605,173 @@ int store::impl::apply_group(std::vector<pending_batch>& group, bool isolated, b
   return 0;
 }
 
-// mdb_txn_commit, through the fault-injection seam in test builds (fault_injection.h).
+// Applies and commits `group`: growing a full map and trying again, and applying batch by batch
+// when one of them fails. 0 when committed (each batch's result says whether it was applied);
+// otherwise the code that refused the whole group (a full map that cannot grow, a full disk, an
+// I/O error), with nothing of it applied. The commit does not sync: make_durable does.
+int store::impl::write_group(std::vector<pending_batch>& group, std::uint64_t& applied) {
+  bool isolated = false, stop_on_full = true;
+  for (;;) {
+    for (auto& p : group) p.result = {};
+    MDB_txn* txn = nullptr;
+    int rc = apply_group(group, isolated, stop_on_full, txn, applied);
+    if (rc == 0) rc = seal(txn, group);
+    if (rc == 0) {
+      std::uint64_t id = mdb_txn_id(txn);
+      rc = commit(txn);
+      if (rc == 0) last_txnid = id;
+    } else if (txn) {
+      mdb_txn_abort(txn);
+    }
+    if (rc == 0) return 0;
+    if (rc == MDB_MAP_FULL && stop_on_full) {
+      if (wait_data_synced() == 0 && grow_map()) continue;
+      stop_on_full = false;  // cannot grow: refuse what does not fit, batch by batch
+      isolated = true;
+      continue;
+    }
+    if (rc == kRetryIsolated && !isolated) {
+      // A batch failed (a malformed one, or one too big for the map): redo the group with each
+      // batch in a nested transaction, so that the failing one leaves no trace and does not spoil
+      // the others. Nested transactions copy every page a batch touches: the slow path only.
+      isolated = true;
+      continue;
+    }
+    return rc == kInjectedFull ? MDB_MAP_FULL : rc;
+  }
+}
+
+// Before the commit: the group's record (its applied batches) gets its place in the commit log,
+// and LMDB's log position names it in the same transaction. Then waits until the commit before is
+// synced: LMDB keeps two meta pages, and this commit's meta page overwrites the older one, which
+// must by then name nothing that is not on disk. A group whose record would not fit in the log
+// is committed without a record (make_durable syncs it the old way).
+int store::impl::seal(MDB_txn* txn, std::vector<pending_batch>& group) {
+  std::size_t count = 0, size = 0;
+  for (auto& p : group)
+    if (!p.work.empty() && p.result.ok()) {
+      ++count;
+      size += string_size(p.work.rep());
+    }
+  size += varint_size(count);
+  log_record = size <= log->max_payload();
+  if (log_record) {
+    log_payload.clear();
+    log_payload.reserve(size);
+    put_varint(log_payload, count);
+    for (auto& p : group)
+      if (!p.work.empty() && p.result.ok()) put_string(log_payload, p.work.rep());
+    if (status s = log->reserve(log_payload.size(), log_at); !s.ok()) {
+      spdlog::error("storage: {}", s.message());
+      return s.which() == status::code::store_full ? ENOSPC : EIO;
+    }
+    std::string position = log_at.encode();
+    MDB_val key = as_val(kLogPositionKey), value = as_val(position);
+    if (int rc = mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &value, 0); rc != 0) return rc;
+  }
+  data_sync_error = wait_data_synced();
+  return data_sync_error == 0 ? 0 : kDataSyncFailed;
+}
+
+// mdb_txn_commit, through the fault-injection seam in test builds (fault_injection.h). The
+// environment runs with MDB_NOSYNC: the commit writes its pages and its meta page, unsynced.
 int store::impl::commit(MDB_txn* txn) {
 #ifdef ESCROW_FAULT_INJECTION
   switch (faults.next(fault_plan::point::commit)) {
     case fault_plan::fault::map_full: mdb_txn_abort(txn); return kInjectedFull;
     case fault_plan::fault::enospc: mdb_txn_abort(txn); return ENOSPC;
     case fault_plan::fault::eio: {
-      int rc = mdb_txn_commit(txn);  // the pages are written; the sync "fails": unknown on disk
+      int rc = mdb_txn_commit(txn);  // the pages are written; the write "fails": unknown on disk
       return rc != 0 ? rc : EIO;
     }
     case fault_plan::fault::kill: raise(SIGKILL); break;
     case fault_plan::fault::none: break;
   }
 #endif
-  auto started = std::chrono::steady_clock::now();
-  int rc = mdb_txn_commit(txn);  // syncs this group's data pages (and the previous meta page)
-  observe_fsync(std::chrono::steady_clock::now() - started);
-  return rc;
+  return mdb_txn_commit(txn);
 }
 
-// mdb_env_sync, through the fault-injection seam in test builds.
-int store::impl::sync() {
+// After the commit: the data syncer syncs data.mdb while this thread writes the group's record to
+// the commit log and syncs it (the "sync" fault point); that sync makes the group durable. A group
+// too large for the log is synced in data.mdb here instead, and the log's base moves past it.
+// 0 or the errno of the failed write.
+int store::impl::make_durable() {
+  if (log_record) request_data_sync(last_txnid);
+  fault_plan::fault planned = fault_plan::fault::none;
 #ifdef ESCROW_FAULT_INJECTION
-  switch (faults.next(fault_plan::point::sync)) {
+  planned = faults.next(fault_plan::point::sync);
+  if (planned == fault_plan::fault::kill) raise(SIGKILL);
+  if (planned == fault_plan::fault::map_full || planned == fault_plan::fault::enospc) return ENOSPC;
+#endif
+  auto started = std::chrono::steady_clock::now();
+  int rc = 0;
+  if (log_record) {
+    rc = log->append(log_at, log_payload);
+  } else {
+    rc = mdb_env_sync(env, 1);
+    if (rc == 0 && !log->set_base(last_txnid).ok()) rc = EIO;
+  }
+  observe_fsync(std::chrono::steady_clock::now() - started);
+  return rc == 0 && planned == fault_plan::fault::eio ? EIO : rc;
+}
+
+void store::impl::request_data_sync(std::uint64_t txnid) {
+  fault_plan::fault planned = fault_plan::fault::none;
+#ifdef ESCROW_FAULT_INJECTION
+  planned = faults.next(fault_plan::point::data_sync);
+#endif
+  {
+    std::lock_guard lock(sync_mutex);
+    sync_requested = txnid;
+    sync_fault = planned;
+  }
+  sync_changed.notify_all();
+}
+
+// 0 once every commit so far is synced in data.mdb, or the errno of the first sync that failed.
+int store::impl::wait_data_synced() {
+  std::unique_lock lock(sync_mutex);
+  sync_changed.wait(lock, [&] { return sync_done >= sync_requested; });
+  return sync_error;
+}
+
+// mdb_env_sync, through the fault-injection seam (the "data_sync" point).
+int store::impl::data_sync(fault_plan::fault planned) {
+#ifdef ESCROW_FAULT_INJECTION
+  switch (planned) {
     case fault_plan::fault::map_full:
     case fault_plan::fault::enospc: return ENOSPC;
     case fault_plan::fault::eio: mdb_env_sync(env, 1); return EIO;
     case fault_plan::fault::kill: raise(SIGKILL); break;
     case fault_plan::fault::none: break;
   }
+#else
+  (void)planned;
 #endif
   auto started = std::chrono::steady_clock::now();
   int rc = mdb_env_sync(env, 1);
   observe_fsync(std::chrono::steady_clock::now() - started);
   return rc;
+}
+
+void store::impl::run_syncer() {
+  std::unique_lock lock(sync_mutex);
+  for (;;) {
+    sync_changed.wait(lock, [&] { return syncer_stopping || sync_requested > sync_done; });
+    if (sync_requested <= sync_done) return;  // stopping, nothing left to sync
+    std::uint64_t target = sync_requested;
+    fault_plan::fault planned = sync_fault;
+    lock.unlock();
+    int rc = data_sync(planned);
+    lock.lock();
+    if (rc != 0 && sync_error == 0) {
+      sync_error = rc;
+      spdlog::critical("storage: the sync of {}/data.mdb failed: {}; the store refuses every write until escrowd "
+                       "restarts (what was reported stored is in the commit log)", options.path, mdb_strerror(rc));
+    }
+    sync_done = target;
+    sync_changed.notify_all();
+  }
 }
 
 // Doubles the map (at most 8 GiB more at once). Called by the committer with no transaction open;
@@ -511,67 +797,19 @@ bool store::impl::grow_map() {
   return true;
 }
 
-// Applies and commits `group`: growing a full map and trying again, and applying batch by batch
-// when one of them fails. 0 when committed (each batch's result says whether it was applied);
-// otherwise the code that refused the whole group (a full map that cannot grow, a full disk, an
-// I/O error), with nothing of it applied.
-int store::impl::write_group(std::vector<pending_batch>& group, std::uint64_t& applied) {
-  bool isolated = false, stop_on_full = true;
-  for (;;) {
-    for (auto& p : group) p.result = {};
-    MDB_txn* txn = nullptr;
-    int rc = apply_group(group, isolated, stop_on_full, txn, applied);
-    if (rc == 0) {
-      rc = commit(txn);
-    } else if (txn) {
-      mdb_txn_abort(txn);
-    }
-    if (rc == 0) return 0;
-    if (rc == MDB_MAP_FULL && stop_on_full) {
-      if (grow_map()) continue;
-      stop_on_full = false;  // cannot grow: refuse what does not fit, batch by batch
-      isolated = true;
-      continue;
-    }
-    if (rc == kRetryIsolated && !isolated) {
-      // A batch failed (a malformed one, or one too big for the map): redo the group with each
-      // batch in a nested transaction, so that the failing one leaves no trace and does not spoil
-      // the others. Nested transactions copy every page a batch touches: the slow path only.
-      isolated = true;
-      continue;
-    }
-    return rc == kInjectedFull ? MDB_MAP_FULL : rc;
-  }
-}
-
-// After a failed sync what is on disk is unknown, and a retried fsync may report success for pages
-// the kernel already dropped ("fsyncgate"): every group waiting for its sync, this one and every
-// later write fail, and the store stays failed until escrowd restarts and reads what is on disk.
-void store::impl::fail_for_good(const status& why, std::vector<pending_batch>& unsynced,
-                                std::vector<pending_batch>& group) {
+// After a failed write or sync what is on disk is unknown, and a retried fsync may report success
+// for pages the kernel already dropped ("fsyncgate"): this group and every later write fail, and
+// the store stays failed until escrowd restarts and reads what is on disk (and in the log).
+void store::impl::fail_for_good(const status& why, std::vector<pending_batch>& group) {
   failed = true;
   status s(status::code::failed, why.message() + "; whether this write reached the disk is unknown (it may be "
                                                 "there after a restart); the store refuses every write until "
                                                 "escrowd restarts");
-  spdlog::critical("storage: {} ({} batches waiting for a sync are reported as not stored; docs/storage.md, "
-                   "\"When a write fails\")",
-                   s.message(), unsynced.size() + group.size());
-  for (auto* v : {&unsynced, &group})
-    for (auto& p : *v)
-      if (!p.work.empty()) p.result = s;
-  complete(unsynced);
+  spdlog::critical("storage: {} ({} batches are reported as not stored; docs/storage.md, \"When a write fails\")",
+                   s.message(), group.size());
+  for (auto& p : group)
+    if (!p.work.empty()) p.result = s;
   complete(group);
-}
-
-// Makes the group committed last durable with an explicit sync, then reports it.
-void store::impl::sync_and_complete(std::vector<pending_batch>& unsynced) {
-  if (unsynced.empty()) return;
-  int rc = sync();
-  if (rc != 0) {
-    std::vector<pending_batch> none;
-    return fail_for_good(from_lmdb(rc, "storage sync failed"), unsynced, none);
-  }
-  complete(unsynced);
 }
 
 void store::impl::complete(std::vector<pending_batch>& done) {
@@ -582,22 +820,18 @@ void store::impl::complete(std::vector<pending_batch>& done) {
   done.clear();
 }
 
-// Commits are pipelined over the meta page (MDB_NOMETASYNC): a commit syncs its data pages and
-// writes its meta page without syncing it. That meta page becomes durable with the next sync of
-// the file: the next commit's data sync, or mdb_env_sync when no more work is waiting. A group's
-// completions are reported only after that sync, so "completed" still means durable through a
-// power loss (DESIGN.md allows MDB_NOMETASYNC on exactly that condition), while under load each
-// commit costs one sync instead of two. When the disk is nearly full the previous group is synced
-// before the next commit, so that a full disk refuses only the new group (a full disk met while
-// a group waits for its sync might have come from that sync, and would fail both for good).
+// One group at a time: commit it (no sync), then make it durable with one sync of the commit log
+// while data.mdb is synced beside it, then report it. The next group is taken meanwhile only in
+// the sense that its batches wait; it commits once data.mdb holds the one before. A full map or a
+// full disk met by a commit refuses that group only: the commit before it is already synced, so
+// nothing else depends on what the refused commit wrote.
 void store::impl::run_committer() {
   std::vector<pending_batch> group;
-  std::vector<pending_batch> unsynced;  // committed last; its meta page not yet synced
   for (;;) {
     {
       std::unique_lock lock(mutex);
-      if (unsynced.empty()) wake.wait(lock, [&] { return stopping || !waiting.empty(); });
-      if (waiting.empty() && unsynced.empty()) return;  // stopping, everything completed
+      wake.wait(lock, [&] { return stopping || !waiting.empty(); });
+      if (waiting.empty()) return;  // stopping, everything completed
       while (!waiting.empty() && group.size() < options.max_group_batches) {
         group.push_back(std::move(waiting.front()));
         waiting.pop_front();
@@ -609,50 +843,55 @@ void store::impl::run_committer() {
     if (failed) {
       for (auto& p : group)
         if (!p.work.empty())
-          p.result = {status::code::failed, "the store stopped taking writes after a failed sync; restart escrowd"};
+          p.result = {status::code::failed, "the store stopped taking writes after a failed write or sync; restart escrowd"};
     } else if (any_writes) {
-      if (low_disk.load(std::memory_order_relaxed)) sync_and_complete(unsynced);
       std::uint64_t applied = 0;
-      int rc = failed ? 0 : write_group(group, applied);
-      if (failed) {  // that sync failed: the group is refused with the rest
+      int rc = write_group(group, applied);
+      if (rc == 0) rc = make_durable();
+      else if (rc == ENOSPC || rc == EDQUOT || rc == MDB_MAP_FULL) {
+        // A full map, or a full disk met before anything was written: nothing of the group is on
+        // disk and the environment is intact, so each batch is refused as store_full and writes
+        // go on.
+        status s = from_lmdb(rc, "batch not stored");
+        if (!refusing) spdlog::error("storage: {}; refusing writes until there is room", s.message());
+        refusing = true;
         for (auto& p : group)
-          if (!p.work.empty()) p.result = {status::code::failed, "the store stopped taking writes after a failed sync"};
-      } else if (rc == 0) {
-        commits.fetch_add(1, std::memory_order_relaxed);
-        batches.fetch_add(applied, std::memory_order_relaxed);
-        observe_group(applied);
-        if (refusing && applied > 0) {
-          refusing = false;
-          spdlog::warn("storage: writes are stored again");
-        }
-        complete(unsynced);  // durable now
-        unsynced.swap(group);
-        trim_resident_pages();
-        continue;
-      } else {
-      // A full map is found before any page is written (LMDB allocates every page, the free
-      // list's too, before it writes one); a full disk may come from the sync that the waiting
-      // group depended on, so it is refusable only when no group waits.
-      bool refusable = rc == MDB_MAP_FULL || ((rc == ENOSPC || rc == EDQUOT) && unsynced.empty());
-      if (!refusable) {
-        fail_for_good(from_lmdb(rc, "storage commit failed"), unsynced, group);
+          if (!p.work.empty()) p.result = s;
+        complete(group);
         continue;
       }
-      // A full map, or a full disk met before anything was written (nothing waits for a sync):
-      // nothing of the group is on disk and the environment is intact, so each batch is refused
-      // as store_full and writes go on.
-      status s = from_lmdb(rc, "batch not stored");
-      if (!refusing) spdlog::error("storage: {}; refusing writes until there is room", s.message());
-      refusing = true;
-      for (auto& p : group)
-        if (!p.work.empty()) p.result = s;
+      if (rc != 0) {
+        fail_for_good(rc == kDataSyncFailed ? status(status::code::io_error, "the sync of data.mdb failed: " +
+                                                                                 std::string(mdb_strerror(data_sync_error)))
+                                            : from_lmdb(rc, "storage write failed"),
+                      group);
+        continue;
+      }
+      commits.fetch_add(1, std::memory_order_relaxed);
+      batches.fetch_add(applied, std::memory_order_relaxed);
+      observe_group(applied);
+      if (refusing && applied > 0) {
+        refusing = false;
+        spdlog::warn("storage: writes are stored again");
       }
     }
-    // No commit of this group (none needed, or refused): the previous group still needs its
-    // sync, and everything is reported in submission order.
-    sync_and_complete(unsynced);
     complete(group);
     trim_resident_pages();
+  }
+}
+
+// A clean close: once data.mdb holds the last commit, the log's base moves to it, so that the
+// next start has nothing to go back over or replay.
+void store::impl::close_cleanly() {
+  int rc = wait_data_synced();
+  {
+    std::lock_guard lock(sync_mutex);
+    syncer_stopping = true;
+  }
+  sync_changed.notify_all();
+  if (syncer.joinable()) syncer.join();
+  if (rc == 0 && !failed && log && last_txnid > log->current().base_txnid) {
+    if (status s = log->set_base(last_txnid); !s.ok()) spdlog::warn("storage: {}", s.message());
   }
 }
 
@@ -709,6 +948,7 @@ status store::open(const store_options& options, std::unique_ptr<store>& out) {
   if (p->options.max_group_batches == 0) p->options.max_group_batches = 1;
   if (status s = p->open_environment(); !s.ok()) return s;
   impl* raw = p.get();
+  raw->syncer = std::thread([raw] { raw->run_syncer(); });
   raw->committer = std::thread([raw] { raw->run_committer(); });
   out.reset(new store(std::move(p)));
   return {};
@@ -722,6 +962,7 @@ store::~store() {
   }
   impl_->wake.notify_one();
   if (impl_->committer.joinable()) impl_->committer.join();
+  impl_->close_cleanly();
 }
 
 status store::copy_to(int fd, bool compact) const {
@@ -770,17 +1011,6 @@ void store::impl::enqueue(std::span<pending_batch> batches) {
   wake.notify_one();
 }
 
-namespace {
-// A short read-only transaction, aborted on scope exit (LMDB readers must stay short).
-struct read_txn {
-  MDB_txn* txn = nullptr;
-  int rc = 0;
-  explicit read_txn(MDB_env* env) { rc = mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn); }
-  ~read_txn() {
-    if (txn) mdb_txn_abort(txn);
-  }
-};
-}  // namespace
 
 status store::get(table t, std::string_view key, std::string& value) const {
   std::shared_lock lock(impl_->map_lock);

@@ -188,6 +188,7 @@ toml_keys storage_keys(broker_config& config) {
           {"max-size", unsigned_field(config.max_size)},
           {"max-map-size", unsigned_field(config.max_map_size)},
           {"min-free-disk", unsigned_field(config.min_free_disk)},
+          {"log-size", unsigned_field(config.log_size, 16 * 1024 * 1024)},
           {"backup-root", string_field(config.backup_root)}};
 }
 

@@ -12,6 +12,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include "escrow/broker/security/authenticator.h"
@@ -23,6 +24,14 @@ using asio::use_awaitable;
 constexpr auto kNoThrow = asio::as_tuple(use_awaitable);
 
 namespace {
+
+// The calling thread's buffer for plain reads. A function of its own, not a thread_local in the
+// coroutine: a coroutine resumed on another thread must not keep the first thread's address.
+[[gnu::noinline]] std::vector<char>& read_scratch(std::size_t size) {
+  thread_local std::vector<char> scratch;
+  if (scratch.size() < size) scratch.resize(size);
+  return scratch;
+}
 
 // Submits a password check to the authenticator and completes with its verdict on the caller's
 // executor; the I/O thread is free meanwhile.
@@ -252,7 +261,16 @@ asio::awaitable<login_result> basic_session<Stream>::authenticate(const frame& f
 
 template <typename Stream>
 asio::awaitable<void> basic_session<Stream>::read_loop() {
-  std::vector<char> buffer(64 * 1024);
+  // A plain connection waits for its socket to be readable without a buffer, then reads into this
+  // thread's scratch buffer and parses at once: an idle connection holds no read buffer
+  // (docs/performance.md, "Idle connections"). A TLS connection reads into a buffer of its own
+  // (asio's TLS stream keeps the records it has read), which grows while reads fill it and goes
+  // back to its small size when they no longer do.
+  if constexpr (!kTls) {
+    boost::system::error_code ignored;
+    stream_.non_blocking(true, ignored);
+  }
+  std::vector<char> tls_buffer(kTls ? kSmallTlsRead : 0);
   std::vector<frame> frames;
   asio::steady_timer pause(stream_.get_executor());
   while (!closing_) {
@@ -268,7 +286,28 @@ asio::awaitable<void> basic_session<Stream>::read_loop() {
       co_await pause.async_wait(kNoThrow);
     }
     if (closing_) break;
-    auto [ec, n] = co_await stream_.async_read_some(asio::buffer(buffer), kNoThrow);
+    boost::system::error_code ec;
+    std::size_t n = 0;
+    const char* buffer = nullptr;
+    if constexpr (kTls) {
+      if (tls_last_read_ == tls_buffer.size() && tls_buffer.size() < kReadChunk) {
+        tls_buffer.resize(tls_buffer.size() * 2);
+      } else if (tls_last_read_ < tls_buffer.size() / 8 && tls_buffer.size() > kSmallTlsRead) {
+        std::vector<char>(kSmallTlsRead).swap(tls_buffer);
+      }
+      std::tie(ec, n) = co_await stream_.async_read_some(asio::buffer(tls_buffer), kNoThrow);
+      tls_last_read_ = n;
+      buffer = tls_buffer.data();
+    } else {
+      for (;;) {
+        std::vector<char>& scratch = read_scratch(kReadChunk);  // this thread's, after any resumption
+        buffer = scratch.data();  // used before the next suspension only
+        n = stream_.read_some(asio::buffer(scratch), ec);  // the socket is non-blocking
+        if (ec != asio::error::would_block && ec != asio::error::try_again) break;
+        std::tie(ec) = co_await stream_.async_wait(asio::ip::tcp::socket::wait_read, kNoThrow);
+        if (ec || closing_) break;
+      }
+    }
     if (ec || closing_) break;
     if (core_.input_stopped()) continue;  // a graceful stop: dropped; the loop waits to be closed
     last_read_ = clock::now();
@@ -281,7 +320,7 @@ asio::awaitable<void> basic_session<Stream>::read_loop() {
       break;
     }
     frames.clear();
-    bool ok = parser_.feed(std::string_view(buffer.data(), n), frames);
+    bool ok = parser_.feed(std::string_view(buffer, n), frames);
     bool keep_reading = true;
     std::vector<frame> for_core;  // handed to the core in one post per read
     for (auto& f : frames) {

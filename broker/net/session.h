@@ -108,6 +108,10 @@ class basic_session final : public session_base,
   clock::time_point write_progress_{};  // when the socket last took bytes of it
 
   std::atomic<std::size_t> pending_bytes_{0};
+  // Reading (read_loop): at most this much at once; a TLS connection starts with the small size.
+  static constexpr std::size_t kReadChunk = 64 * 1024;
+  static constexpr std::size_t kSmallTlsRead = 4 * 1024;
+  std::size_t tls_last_read_ = 0;  // TLS: bytes the last read returned
 };
 
 using plain_session = basic_session<boost::asio::ip::tcp::socket>;

@@ -4,8 +4,11 @@
 // the test builds); a release escrowd has no seam and ignores ESCROW_FAULTS.
 //
 // A plan is a comma-separated list of rules `POINT:RANGE:FAULT`:
-//   POINT  commit (an LMDB write transaction of the committer, counted from 1 after open)
-//          or sync (an explicit mdb_env_sync of the committer, counted from 1)
+//   POINT  commit (an LMDB write transaction of the committer, counted from 1 after open),
+//          sync (the sync that makes a group durable: its commit log record's fdatasync, or the
+//          mdb_env_sync of a group too large for the log), data_sync (the sync of data.mdb after
+//          a commit, which runs beside the log's), or replay (a commit log record applied to LMDB
+//          at start, before the committer runs)
 //   RANGE  K (the k-th only), K-L (the k-th to the l-th), or K+ (the k-th and every later one)
 //   FAULT  map_full, enospc (the write is refused before anything reaches the file), eio (the
 //          write happens, then the sync reports an I/O error: what is on disk is unknown), kill
@@ -22,7 +25,7 @@ namespace escrow::storage {
 
 class fault_plan {
  public:
-  enum class point : std::uint8_t { commit, sync };
+  enum class point : std::uint8_t { commit, sync, data_sync, replay };
   enum class fault : std::uint8_t { none, map_full, enospc, eio, kill };
 
   // Parses `spec`; on a malformed one returns false with `error` saying which rule and why.
@@ -30,7 +33,7 @@ class fault_plan {
   bool empty() const { return rules_.empty(); }
 
   // Counts one more occurrence of `p` and returns the fault planned for it (none when no rule
-  // matches). Called by the committer thread only.
+  // matches). Called by one thread at a time (the store's opening code, then its committer).
   fault next(point p);
 
  private:
@@ -41,8 +44,7 @@ class fault_plan {
     fault what = fault::none;
   };
   std::vector<rule> rules_;
-  std::uint64_t commits_ = 0;
-  std::uint64_t syncs_ = 0;
+  std::uint64_t counts_[4] = {};  // occurrences so far, by point
 };
 
 // Whether this build has the seam (the `fault_injection` meson option).

@@ -3,17 +3,16 @@
 // LMDB write transaction (group commit).
 //
 // Threads: submit() and the read calls are safe from any thread. Completions run on the committer
-// thread, in submission order, and only after the transaction holding the batch is durable: its
-// data pages synced by its commit, then its meta page synced by the next commit or by an explicit
-// sync when nothing else waits (see run_committer in store.cpp). A completion must not block; post
-// the result to where it belongs.
+// thread, in submission order, and only after the batch is durable: its group's record synced in
+// the commit log, LMDB's commit of it written beside (see run_committer in store.cpp, and
+// docs/storage.md, "The commit log"). A completion must not block; post the result to where it
+// belongs.
 //
 // When a write is refused (docs/storage.md, "When a write fails"): a full map grows by itself; a
-// batch that still does not fit, or a full disk found before anything was written, completes with
-// store_full and later writes go on. A failed sync (or a full disk while an earlier group still
-// waits for its sync) leaves what is on disk unknown: that group and every group waiting for a
-// sync complete with `failed`, and so does every later write until the process restarts (sticky,
-// as PostgreSQL and LevelDB do after a failed fsync).
+// batch that still does not fit, or a full disk met by a commit, completes with store_full and
+// later writes go on. A failed write or sync of the log, or a failed sync of data.mdb, leaves what
+// is on disk unknown: that group completes with `failed`, and so does every later write until the
+// process restarts (sticky, as PostgreSQL and LevelDB do after a failed fsync).
 #pragma once
 
 #include <cstdint>
@@ -30,9 +29,11 @@
 namespace escrow::storage {
 
 // 3: queue records may end with their creator, branch keys may start with their owner, durable
-// subscription keys may end with their owner (docs/storage.md). A version-2 store reads as it is
-// and is marked 3 at open, so the release before (which understands 2 only) refuses it clearly.
-inline constexpr std::uint32_t kSchemaVersion = 3;
+// subscription keys may end with their owner (docs/storage.md). 4: the store has a commit log
+// (the file `log`, commit_log.h) whose last records LMDB may not hold yet. A version-2 or -3
+// store reads as it is and is marked 4 at open (and gets its log), so that an older release,
+// which would ignore the log, refuses it clearly.
+inline constexpr std::uint32_t kSchemaVersion = 4;
 inline constexpr std::uint32_t kOldestSchemaVersion = 2;  // the oldest that opens (and is upgraded)
 
 struct store_options {
@@ -44,6 +45,9 @@ struct store_options {
   // cap), or once the disk's free space plus the file's reusable pages is below min_free_disk.
   std::uint64_t max_size = 0;
   std::uint64_t min_free_disk = 256ull * 1024 * 1024;
+  // Bytes of the commit log's ring (storage.log-size): a group's record may take a quarter of it;
+  // a larger group is committed to LMDB with its own syncs instead.
+  std::uint64_t log_size = 64ull * 1024 * 1024;
   fault_plan faults;  // test builds only (fault_injection.h); ignored elsewhere
 };
 

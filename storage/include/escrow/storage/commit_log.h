@@ -1,0 +1,103 @@
+// The commit log: the file `log` in the data directory, a ring of records in front of LMDB. The
+// committer appends each group's batches to it as one record and syncs it once; that sync is what
+// makes the group durable, while LMDB's own sync of the same commit runs beside it (store.cpp).
+// At start the records LMDB may not hold durably are applied to it again (replay). Layout,
+// generations and failure modes: docs/storage.md, "The commit log".
+//
+//   bytes 0..4095     control block slot 0     } the valid one with the higher sequence number
+//   bytes 4096..8191  control block slot 1     } is current; each is written whole and synced
+//   bytes 8192..      the ring (`capacity` bytes): records at virtual offsets, physical offset
+//                     8192 + (v mod capacity); a record never straddles the end of the ring
+//
+//   record: u32 magic | u32 crc32 (of everything after it, payload included) | u32 payload length
+//           | u16 kind (1 group, 2 wrap: go on at the ring's start) | u16 0 | u64 salt | u64 lsn
+//           | payload
+//
+// A record belongs to the log only if it follows the one before it: the generation's salt, the
+// next sequence number (lsn) and a good checksum. The first record that does not (cut short by a
+// crash, a bad checksum, an older record of the ring) ends the log. Not thread-safe: the store's
+// committer (or its opening code) is the only user.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "escrow/storage/status.h"
+
+namespace escrow::storage {
+
+// The on-disk version of the log, checked at open like the schema version.
+inline constexpr std::uint32_t kLogFormatVersion = 1;
+
+// A place in the log: LMDB stores the position of the last record it holds (meta "log-position"),
+// in the same LMDB transaction as that record's batches.
+struct log_position {
+  std::uint64_t salt = 0;  // the generation it belongs to
+  std::uint64_t lsn = 0;   // the record's sequence number
+  std::uint64_t end = 0;   // the virtual offset just after the record
+  std::string encode() const;
+  static bool decode(std::string_view bytes, log_position& out);
+};
+
+class commit_log {
+ public:
+  // What the current control block holds.
+  struct control {
+    std::uint64_t sequence = 0;    // of the control block itself
+    std::uint64_t salt = 0;        // the generation: random, new at every start
+    std::uint64_t base_txnid = 0;  // LMDB transactions up to this one are durable in data.mdb
+    std::uint64_t data_file = 0;   // the inode of the data.mdb this log belongs to
+    std::uint64_t first_lsn = 1;   // the generation's first record
+    std::uint64_t capacity = 0;    // bytes of the ring
+  };
+
+  // Opens `dir`/log, creating nothing. found() is false when there is no log file (a new store,
+  // or one written before the log existed); a log of another format version, or whose control
+  // blocks are both unreadable, is an error naming the file and what to do.
+  static status open(const std::string& dir, std::unique_ptr<commit_log>& out);
+  ~commit_log();
+  commit_log(const commit_log&) = delete;
+  commit_log& operator=(const commit_log&) = delete;
+
+  bool found() const { return found_; }
+  const control& current() const { return control_; }
+
+  // Calls `visit` with each record of the current generation after `from` (from its first record
+  // when `from` is of another generation), in order, until the log ends; a visit that fails stops
+  // the replay with its status.
+  using record_visitor = std::function<status(const log_position& at, std::string_view payload)>;
+  status replay(const log_position& from, const record_visitor& visit) const;
+
+  // Starts a new, empty generation (a new salt) of a ring of `capacity` bytes, creating the file
+  // if needed; LMDB holds every transaction up to `base_txnid` durably. Synced before it returns.
+  status start_generation(std::uint64_t base_txnid, std::uint64_t data_file, std::uint64_t capacity);
+  // Records that LMDB holds transactions up to `base_txnid` durably; the generation goes on.
+  status set_base(std::uint64_t base_txnid);
+
+  // The largest payload a record may carry: a quarter of the ring, so that the records a restart
+  // may need (the last two) are never overwritten by the next one.
+  std::size_t max_payload() const;
+  // Where the next record, of `payload_size` bytes, will go (its lsn and end), growing the file
+  // when the ring is not yet all written. store_full when the file cannot grow; nothing written.
+  status reserve(std::size_t payload_size, log_position& at);
+  // Writes the record reserved at `at` and syncs the log (fdatasync). 0 or an errno.
+  int append(const log_position& at, std::string_view payload);
+
+ private:
+  commit_log() = default;
+  status write_control(const control& next);
+  std::string path_;
+  int fd_ = -1;
+  bool found_ = false;
+  control control_;
+  int control_slot_ = 0;         // the slot holding control_
+  std::uint64_t head_ = 0;       // virtual offset of the next record
+  std::uint64_t next_lsn_ = 1;
+  std::uint64_t file_ring_ = 0;  // bytes of the ring the file holds (it grows up to capacity)
+  std::uint64_t wrap_at_ = UINT64_MAX;  // reserve(): where a wrap record goes, if any
+};
+
+}  // namespace escrow::storage
