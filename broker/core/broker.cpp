@@ -64,7 +64,7 @@ void broker::impl::schedule_expiry() {
     expire_branches();
     // The address settings resolved per address are a cache: bounded, emptied here, where no
     // reference into it is held (settings_for's references live within one call).
-    if (settings_cache.size() > kMaxCachedAddresses) settings_cache.clear();
+    if (undelivered.settings_cache.size() > kMaxCachedAddresses) undelivered.settings_cache.clear();
     sweep_unused_queues();
     flush();
     schedule_expiry();

@@ -24,6 +24,7 @@
 #include "escrow/broker/core/metrics.h"
 #include "escrow/storage/batch.h"
 #include "queue.h"
+#include "undelivered_part.h"
 #include "escrow/broker/security/security.h"
 
 namespace escrow::broker {
@@ -72,28 +73,6 @@ struct topic {
 // Timers that need Asio; defined in broker.cpp.
 struct core_timers;
 
-// Why the broker moves a message out of its queue without a consumer acknowledging it.
-// (moved_by_operator: `escrow move`, e.g. dead letters back to their queue.)
-enum class move_reason { expired, max_delivery_attempts, moved_by_operator };
-
-// A message on its way out of `from` (held there) to the expiry or dead letter address: once the
-// batch that moves it is durable, `to` is published; if the store refuses, `old` goes back.
-struct move_plan {
-  move_reason reason;
-  bool in_bulk;  // part of a reaper pass or an operator's move: logged per message only at debug
-                 // level (the pass or the move logs its totals)
-  queue_ptr from;
-  queue_entry old;
-  std::vector<std::pair<queue_ptr, queue_entry>> to;
-};
-
-// Messages that left their queues unacknowledged, since start (logged; for the metrics).
-struct undelivered_counters {
-  std::uint64_t expired = 0;             // moved to an expiry address
-  std::uint64_t expired_dropped = 0;     // expired with no expiry address (or nobody listening)
-  std::uint64_t dead_lettered = 0;       // moved to a dead letter address
-  std::uint64_t dead_letters_dropped = 0;
-};
 
 // An `escrow purge` or `escrow move` under way over one queue (sweeps.cpp). It goes through
 // the queue's stored entries in key order, one slice per core turn, and starts the next slice only
@@ -154,7 +133,7 @@ struct broker::impl {
   std::uint64_t next_message_id = 1;
   std::uint32_t next_queue_id = 1;
   std::unique_ptr<core_timers> timers;
-  undelivered_counters undelivered;
+  undelivered_part undelivered;  // expiry, redelivery delays, dead letters (undelivered_part.h)
   // The counters of queues deleted since start (auto-delete, ended durable subscriptions), so that
   // the broker-wide totals only grow; retire() adds a queue's as it leaves `queues`.
   queue_counters retired;
@@ -166,14 +145,8 @@ struct broker::impl {
   latency_histogram prepare_latency;  // XA-PREPARE to its answer (metrics)
   latency_histogram commit_latency;   // commits to their answer (metrics)
   std::mt19937_64 random{std::random_device{}()};
-  // Returned messages waiting out their redelivery delay (held in their queue meanwhile).
-  std::multimap<std::chrono::steady_clock::time_point, std::pair<queue_ptr, queue_entry>> delayed;
-  std::unordered_map<std::string, address_settings> settings_cache;  // by address; bounded
   // Addresses whose settings and grants are cached at most (each cache is emptied beyond it).
   static constexpr std::size_t kMaxCachedAddresses = 10000;
-  std::uint64_t reap_started_ms = 0;  // the reaper pass under way: when it began, what it moved
-  std::size_t reap_moved = 0;
-  bool reap_in_progress = false;  // a pass waits for its next turn: the period does not start another
 
   // Users and permissions (permissions.cpp). `auth` null: anonymous, every permission.
   authenticator* auth = nullptr;

@@ -158,10 +158,10 @@ void broker::impl::collect_queues(metrics_snapshot& s) const {
 metrics_snapshot broker::impl::snapshot() const {
   metrics_snapshot s;
   s.connections = connections.size();
-  s.expired = undelivered.expired;
-  s.expired_dropped = undelivered.expired_dropped;
-  s.dead_lettered = undelivered.dead_lettered;
-  s.dead_letters_dropped = undelivered.dead_letters_dropped;
+  s.expired = undelivered.counters.expired;
+  s.expired_dropped = undelivered.counters.expired_dropped;
+  s.dead_lettered = undelivered.counters.dead_lettered;
+  s.dead_letters_dropped = undelivered.counters.dead_letters_dropped;
   s.failed_logins = auth ? auth->failed_logins() : 0;
   collect_branches(rm, s);
   s.prepare_seconds = prepare_latency.value();

@@ -25,7 +25,7 @@ void broker::reload(const broker_config& fresh) {
       m->timers->reaper.cancel();
       m->schedule_reaper();
     }
-    m->settings_cache.clear();
+    m->undelivered.settings_cache.clear();
     storage::batch created;
     m->create_undelivered_queues(created);
     if (!created.empty())

@@ -28,8 +28,9 @@ std::string destination_of(const std::string& address) {
 }  // namespace
 
 const address_settings& broker::impl::settings_for(const std::string& address) {
-  auto it = settings_cache.find(address);
-  if (it == settings_cache.end()) it = settings_cache.emplace(address, resolve_settings(config.address_settings, address)).first;
+  auto it = undelivered.settings_cache.find(address);
+  if (it == undelivered.settings_cache.end())
+    it = undelivered.settings_cache.emplace(address, resolve_settings(config.address_settings, address)).first;
   return it->second;
 }
 
@@ -52,7 +53,7 @@ void broker::impl::plan_move(const queue_ptr& q, queue_entry e, move_reason reas
   if (targets.empty()) {
     if (e.stored) storage::erase_entry(b, e.key);
     const message& m = *e.msg;
-    ++(expiry ? undelivered.expired_dropped : undelivered.dead_letters_dropped);
+    ++(expiry ? undelivered.counters.expired_dropped : undelivered.counters.dead_letters_dropped);
     spdlog::warn("queue {}: message {} {}; dropped, as {} (set {} in the address settings to keep such messages)",
                  q->name(), m.id, expiry ? "expired" : "reached max-delivery-attempts",
                  destination.empty() ? "no address is configured" : "nothing listens to " + destination,
@@ -60,7 +61,7 @@ void broker::impl::plan_move(const queue_ptr& q, queue_entry e, move_reason reas
     plans.push_back(move_plan{reason, in_bulk, q, std::move(e), {}});
     return;
   }
-  ++(expiry ? undelivered.expired : undelivered.dead_lettered);
+  ++(expiry ? undelivered.counters.expired : undelivered.counters.dead_lettered);
   plan_copy(q, std::move(e), reason, targets, destination, b, plans, in_bulk);
 }
 
@@ -180,13 +181,13 @@ void broker::impl::offer_again(const queue_ptr& q, queue_entry e) {
 
 void broker::impl::delay_redelivery(const queue_ptr& q, queue_entry e, std::uint64_t delay_ms) {
   auto due = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms);
-  bool earliest = delayed.empty() || due < delayed.begin()->first;
-  delayed.emplace(due, std::pair{q, std::move(e)});  // stays held in q meanwhile
+  bool earliest = undelivered.delayed.empty() || due < undelivered.delayed.begin()->first;
+  undelivered.delayed.emplace(due, std::pair{q, std::move(e)});  // stays held in q meanwhile
   if (earliest) arm_redelivery();
 }
 
 void broker::impl::arm_redelivery() {
-  timers->redelivery.expires_at(delayed.begin()->first);
+  timers->redelivery.expires_at(undelivered.delayed.begin()->first);
   timers->redelivery.async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;  // re-armed for an earlier one, or shutting down
     redeliver_due();
@@ -197,14 +198,14 @@ void broker::impl::arm_redelivery() {
 void broker::impl::redeliver_due() {
   auto now = std::chrono::steady_clock::now();
   std::vector<queue_ptr> touched;
-  while (!delayed.empty() && delayed.begin()->first <= now) {
-    auto node = delayed.extract(delayed.begin());
+  while (!undelivered.delayed.empty() && undelivered.delayed.begin()->first <= now) {
+    auto node = undelivered.delayed.extract(undelivered.delayed.begin());
     auto& [q, e] = node.mapped();
     q->release_hold(e.key);
     q->push(std::move(e));
     touched.push_back(q);
   }
-  if (!delayed.empty()) arm_redelivery();
+  if (!undelivered.delayed.empty()) arm_redelivery();
   for (auto& q : touched) dispatch(q);
 }
 
@@ -213,7 +214,7 @@ void broker::impl::schedule_reaper() {
   timers->reaper.expires_after(std::chrono::milliseconds(config.message_expiry_scan_period_ms));
   timers->reaper.async_wait([this](const boost::system::error_code& ec) {
     if (ec) return;
-    if (!reap_in_progress) reap();
+    if (!undelivered.reap_in_progress) reap();
     flush();
     schedule_reaper();
   });
@@ -225,8 +226,8 @@ void broker::impl::reap(std::string from) {
   constexpr std::size_t kPerTurn = 256;
   std::uint64_t now = now_ms();
   if (from.empty()) {
-    reap_started_ms = now;
-    reap_moved = 0;
+    undelivered.reap_started_ms = now;
+    undelivered.reap_moved = 0;
   }
   std::vector<std::string> due;
   std::string next;
@@ -266,13 +267,13 @@ void broker::impl::reap(std::string from) {
     for (auto& q : all)
       for (auto& e : q->take_expired_in_memory(now)) plan_move(q, std::move(e), move_reason::expired, b, plans, true);
   }
-  reap_moved += plans.size();
+  undelivered.reap_moved += plans.size();
   submit_moves(std::move(b), std::move(plans));
   if (!next.empty()) {
     // Expiry is not urgent (an expired message is never delivered anyway): the next turn waits
     // three times as long as this one took, so that the reaper takes at most about a quarter of
     // the core and deliveries keep flowing during a large pass.
-    reap_in_progress = true;
+    undelivered.reap_in_progress = true;
     auto took = std::chrono::milliseconds(now_ms() - now);
     timers->reaper_turn.expires_after(std::max(std::chrono::milliseconds(1), 3 * took));
     timers->reaper_turn.async_wait([this, next](const boost::system::error_code& ec) {
@@ -282,11 +283,11 @@ void broker::impl::reap(std::string from) {
     });
     return;
   }
-  reap_in_progress = false;
-  if (reap_moved > 0) {
+  undelivered.reap_in_progress = false;
+  if (undelivered.reap_moved > 0) {
     std::uint64_t end = now_ms();
-    spdlog::info("expiry reaper: {} messages expired in a pass of {} ms (epoch ms {} to {})", reap_moved,
-                 end - reap_started_ms, reap_started_ms, end);
+    spdlog::info("expiry reaper: {} messages expired in a pass of {} ms (epoch ms {} to {})",
+                 undelivered.reap_moved, end - undelivered.reap_started_ms, undelivered.reap_started_ms, end);
   }
 }
 
