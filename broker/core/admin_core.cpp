@@ -92,7 +92,8 @@ class broker::impl::core_admin final : public admin_core {
                       const std::function<bool(const queue_view&)>& each) const override {
     auto in_flight = in_flight_by_queue(m_.connections);
     std::string key(from);
-    for (auto it = after ? m_.queues.upper_bound(key) : m_.queues.lower_bound(key); it != m_.queues.end(); ++it) {
+    const auto& queues = m_.topology.queues;
+    for (auto it = after ? queues.upper_bound(key) : queues.lower_bound(key); it != queues.end(); ++it) {
       auto fl = in_flight.find(it->second.get());
       if (!each(view_of(it->first, *it->second, fl == in_flight.end() ? 0 : fl->second))) return;
     }
@@ -132,12 +133,12 @@ class broker::impl::core_admin final : public admin_core {
                                                 const std::string* user) const override {
     std::vector<queue_ptr> found;
     if (user) {
-      auto it = m_.queues.find(durable_key({client, name, *user}));
-      if (it != m_.queues.end()) found.push_back(it->second);
+      auto it = m_.topology.queues.find(durable_key({client, name, *user}));
+      if (it != m_.topology.queues.end()) found.push_back(it->second);
     } else {
       std::string prefix = durable_key({client, name, ""});
-      for (auto it = m_.queues.lower_bound(prefix);
-           it != m_.queues.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
+      for (auto it = m_.topology.queues.lower_bound(prefix);
+           it != m_.topology.queues.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
         if (it->first.size() == prefix.size() || it->first[prefix.size()] == '\0') found.push_back(it->second);
     }
     std::vector<queue_view> out;
@@ -211,8 +212,8 @@ class broker::impl::core_admin final : public admin_core {
   }
 
   void end_durable_subscription(const std::string& key, std::function<void(const storage::status&)> done) override {
-    auto it = m_.queues.find(key);
-    if (it == m_.queues.end()) return done(storage::status{});
+    auto it = m_.topology.queues.find(key);
+    if (it == m_.topology.queues.end()) return done(storage::status{});
     queue_ptr q = it->second;
     storage::batch b;
     m_.drop_durable_queue(q, b);
@@ -287,9 +288,9 @@ void broker::impl::handle_admin(const connection_ptr& c, const frame& f) {
 }
 
 queue_ptr broker::impl::find_by_name(std::string_view name) const {
-  auto it = queues.find("q/" + std::string(name));
-  if (it != queues.end()) return it->second;
-  for (const auto& [key, q] : queues)
+  auto it = topology.queues.find("q/" + std::string(name));
+  if (it != topology.queues.end()) return it->second;
+  for (const auto& [key, q] : topology.queues)
     if (q->name() == name) return q;
   return nullptr;
 }

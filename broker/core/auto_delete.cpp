@@ -58,7 +58,7 @@ void broker::impl::sweep_unused_queues() {
   }
   std::int64_t now = steady_ms();
   std::vector<queue_ptr> doomed;
-  for (const auto& [key, q] : queues) {
+  for (const auto& [key, q] : topology.queues) {
     if (q->type() != queue::kind::queue || q->dropping) continue;
     if (q->counters.depth > 0 || !q->consumers().empty() || !q->held().empty()) {
       q->unused_since_ms = 0;  // the cheap checks first: most queues are in use

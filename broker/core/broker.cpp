@@ -38,8 +38,8 @@ broker::impl::impl(asio::io_context& io, storage::store& s, const broker_config&
   // A subscription being ended takes no more entries: if its end is stored they would be orphans
   // (and if it is refused, it misses them, as it misses the topic's messages meanwhile).
   rm.set_queue_exists([this](std::uint32_t id) {
-    auto it = queues_by_id.find(id);
-    return it != queues_by_id.end() && !it->second->dropping;
+    auto it = topology.queues_by_id.find(id);
+    return it != topology.queues_by_id.end() && !it->second->dropping;
   });
   admin_view = make_admin_view();
   auto strand = asio::make_strand(io);
@@ -103,15 +103,15 @@ std::function<void(const storage::status&)> broker::impl::confirm_records(
     const storage::batch& b, std::function<void(const storage::status&)> done) {
   std::vector<queue_ptr> carried;
   // Queues whose record became durable meanwhile (another batch carried it) need no tracking.
-  std::erase_if(records_carried, [](const queue_ptr& q) { return q->record_durable; });
-  if (records_carried.empty()) return done;
+  std::erase_if(topology.records_carried, [](const queue_ptr& q) { return q->record_durable; });
+  if (topology.records_carried.empty()) return done;
   storage::batch::decode(b.rep(), [&](storage::batch::op o, storage::table t, std::string_view key, std::string_view) {
     if (o != storage::batch::op::put || t != storage::table::queues) return;
-    auto it = std::find_if(records_carried.begin(), records_carried.end(),
+    auto it = std::find_if(topology.records_carried.begin(), topology.records_carried.end(),
                            [&](const queue_ptr& q) { return q->storage_key == key; });
-    if (it == records_carried.end()) return;
+    if (it == topology.records_carried.end()) return;
     carried.push_back(std::move(*it));
-    records_carried.erase(it);
+    topology.records_carried.erase(it);
   });
   if (carried.empty()) return done;
   return [carried = std::move(carried), done = std::move(done)](const storage::status& s) {
@@ -122,7 +122,7 @@ std::function<void(const storage::status&)> broker::impl::confirm_records(
 }
 
 void broker::impl::submit(storage::batch b, std::function<void(const storage::status&)> done) {
-  if (!records_carried.empty()) done = confirm_records(b, std::move(done));
+  if (!topology.records_carried.empty()) done = confirm_records(b, std::move(done));
   if (deferred_acks.empty()) return store.submit(std::move(b), completion_for(std::move(done)));
   // The deferred removals first (they were received before whatever `b` holds), as a batch of
   // their own: if `b` is refused (a full store), these, which free room, are still applied. Both
@@ -260,7 +260,7 @@ storage::status broker::impl::load_next_ids() {
   storage::next_ids next;
   if (storage::status s = storage::read_next_ids(store, next); !s.ok()) return s;
   next_message_id = std::max(next_message_id, next.message);
-  next_queue_id = std::max(next_queue_id, next.queue);
+  topology.next_queue_id = std::max(topology.next_queue_id, next.queue);
   std::string last;
   if (store.last_key(table::messages, last).ok()) {
     std::uint64_t id = 0;
@@ -305,8 +305,8 @@ storage::status broker::impl::load_queues(std::size_t& loaded) {
     q->creator = r.creator;
     q->record_durable = true;
     add_queue(q);
-    if (is_sub) topics[r.topic].subscriptions.push_back(q);
-    next_queue_id = std::max(next_queue_id, r.id + 1);
+    if (is_sub) topology.topics[r.topic].subscriptions.push_back(q);
+    topology.next_queue_id = std::max(topology.next_queue_id, r.id + 1);
     ++loaded;
     return true;
   });

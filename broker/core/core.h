@@ -24,6 +24,7 @@
 #include "escrow/broker/core/metrics.h"
 #include "escrow/storage/batch.h"
 #include "queue.h"
+#include "topology_part.h"
 #include "undelivered_part.h"
 #include "escrow/broker/security/security.h"
 
@@ -64,11 +65,6 @@ struct connection {
   std::size_t last_outbox = 0; // bytes of the outbox sent last: the next one starts with that room
 };
 using connection_ptr = std::shared_ptr<connection>;
-
-// A topic: every subscription (durable or not) gets a copy of each message.
-struct topic {
-  std::vector<queue_ptr> subscriptions;
-};
 
 // Timers that need Asio; defined in broker.cpp.
 struct core_timers;
@@ -124,24 +120,13 @@ struct broker::impl {
   std::atomic<bool> input_stopped{false};     // broker::stop_input (graceful stop)
 
   // --- core strand state ---
-  std::map<std::string, queue_ptr> queues;  // by storage name ("q/NAME", "d/CLIENT\0SUB")
-  std::unordered_map<std::uint32_t, queue_ptr> queues_by_id;
+  topology_part topology;  // queues, durable subscriptions and topics (topology_part.h)
   rm::resource_manager rm;
-  std::map<std::string, topic> topics;      // by topic name
   std::unordered_map<std::uint64_t, connection_ptr> connections;
   std::vector<connection_ptr> dirty;  // connections with frames in their outbox
   std::uint64_t next_message_id = 1;
-  std::uint32_t next_queue_id = 1;
   std::unique_ptr<core_timers> timers;
   undelivered_part undelivered;  // expiry, redelivery delays, dead letters (undelivered_part.h)
-  // The counters of queues deleted since start (auto-delete, ended durable subscriptions), so that
-  // the broker-wide totals only grow; retire() adds a queue's as it leaves `queues`.
-  queue_counters retired;
-  void retire(const queue& q) {
-    retired.enqueued += q.counters.enqueued;
-    retired.delivered += q.counters.delivered;
-    retired.acknowledged += q.counters.acknowledged;
-  }
   latency_histogram prepare_latency;  // XA-PREPARE to its answer (metrics)
   latency_histogram commit_latency;   // commits to their answer (metrics)
   std::mt19937_64 random{std::random_device{}()};
@@ -304,13 +289,10 @@ struct broker::impl {
   // Queues.
   queue_ptr find_by_id(std::uint32_t id) const;
   void add_queue(const queue_ptr& q);     // known by key and id; counted for its creator
-  void remove_queue(const queue_ptr& q);  // forgotten (when `queues` still names this one)
+  void remove_queue(const queue_ptr& q);  // forgotten (when `topology.queues` still names this one)
   queue_ptr find_or_create_queue(const std::string& name, storage::batch& b,
                                  const std::optional<std::string>& creator = std::nullopt);
   void persist_queue_record(const queue_ptr& q, storage::batch& b);
-  // Queues whose record went into a batch not yet submitted or completed; submit() takes from it
-  // the ones whose record the batch carries, and marks them durable once that batch is stored.
-  std::vector<queue_ptr> records_carried;
   std::function<void(const storage::status&)> confirm_records(const storage::batch& b,
                                                               std::function<void(const storage::status&)> done);
   // Ending a durable subscription: it leaves its topic now (new messages are not copied to it), its

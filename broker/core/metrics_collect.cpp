@@ -114,14 +114,14 @@ void broker::impl::collect_queues(metrics_snapshot& s) const {
   queue_totals& t = s.totals;
   t.queues_by_kind = {{queue::kind_name(queue::kind::queue), 0},
                       {queue::kind_name(queue::kind::durable_subscription), 0}};
-  t.enqueued = retired.enqueued;
-  t.delivered = retired.delivered;
-  t.acknowledged = retired.acknowledged;
+  t.enqueued = topology.retired.enqueued;
+  t.delivered = topology.retired.delivered;
+  t.acknowledged = topology.retired.acknowledged;
   std::vector<const queue*> all;
   std::vector<std::pair<std::uint64_t, std::string_view>> depths;
-  all.reserve(queues.size());
-  depths.reserve(queues.size());
-  for (const auto& [key, q] : queues) {
+  all.reserve(topology.queues.size());
+  depths.reserve(topology.queues.size());
+  for (const auto& [key, q] : topology.queues) {
     const queue_counters& n = q->counters;
     std::uint64_t depth = n.depth > 0 ? static_cast<std::uint64_t>(n.depth) : 0;
     ++t.queues_by_kind[queue::kind_name(q->type())];

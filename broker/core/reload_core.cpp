@@ -36,7 +36,7 @@ void broker::reload(const broker_config& fresh) {
     spdlog::info("SIGHUP: reloaded {}: {}", c.config_file, join(changed));
     // Messages that waited for a setting (e.g. a lower max-delivery-attempts) move on their next
     // delivery; queues are offered again so that this happens now where consumers wait.
-    for (auto& [id, q] : m->queues_by_id) m->dispatch(q);
+    for (auto& [id, q] : m->topology.queues_by_id) m->dispatch(q);
     m->flush();
   });
 }

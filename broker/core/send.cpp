@@ -54,46 +54,47 @@ void broker::impl::persist_queue_record(const queue_ptr& qp, storage::batch& b) 
   r.topic = q.topic();
   r.creator = q.creator;
   b.put(storage::table::queues, q.storage_key, r.encode());
-  storage::put_next_queue_id(b, next_queue_id);
-  if (std::find(records_carried.begin(), records_carried.end(), qp) == records_carried.end())
-    records_carried.push_back(qp);
+  storage::put_next_queue_id(b, topology.next_queue_id);
+  if (std::find(topology.records_carried.begin(), topology.records_carried.end(), qp) == topology.records_carried.end())
+    topology.records_carried.push_back(qp);
 }
 
 queue_ptr broker::impl::find_by_id(std::uint32_t id) const {
-  auto it = queues_by_id.find(id);
-  return it == queues_by_id.end() ? nullptr : it->second;
+  auto it = topology.queues_by_id.find(id);
+  return it == topology.queues_by_id.end() ? nullptr : it->second;
 }
 
 void broker::impl::add_queue(const queue_ptr& q) {
-  if (q->durable()) queues.emplace(q->storage_key, q);
-  queues_by_id.emplace(q->id(), q);
+  if (q->durable()) topology.queues.emplace(q->storage_key, q);
+  topology.queues_by_id.emplace(q->id(), q);
   count_queue(*q, 1);
 }
 
 void broker::impl::remove_queue(const queue_ptr& q) {
-  auto it = queues.find(q->storage_key);
-  if (it != queues.end() && it->second == q) {
-    retire(*q);  // its counters stay in the broker-wide totals
-    queues.erase(it);
+  auto it = topology.queues.find(q->storage_key);
+  if (it != topology.queues.end() && it->second == q) {
+    topology.retire(*q);  // its counters stay in the broker-wide totals
+    topology.queues.erase(it);
   }
-  auto by_id = queues_by_id.find(q->id());
-  if (by_id == queues_by_id.end() || by_id->second != q) return;
-  queues_by_id.erase(by_id);
+  auto by_id = topology.queues_by_id.find(q->id());
+  if (by_id == topology.queues_by_id.end() || by_id->second != q) return;
+  topology.queues_by_id.erase(by_id);
   count_queue(*q, -1);
 }
 
 queue_ptr broker::impl::find_or_create_queue(const std::string& name, storage::batch& b,
                                              const std::optional<std::string>& creator) {
   std::string key = "q/" + name;
-  auto it = queues.find(key);
-  if (it != queues.end()) {
+  auto it = topology.queues.find(key);
+  if (it != topology.queues.end()) {
     queue_ptr& q = it->second;
     q->unused_since_ms = 0;
     q->dropping = false;           // an auto-delete in flight: the queue stays (auto_delete.cpp)
     persist_queue_record(q, b);  // a no-op once its record is durable
     return q;
   }
-  auto q = std::make_shared<queue>(next_queue_id++, name, queue::kind::queue, "", &store, config.queue_memory_window);
+  auto q = std::make_shared<queue>(topology.next_queue_id++, name, queue::kind::queue, "", &store,
+                                   config.queue_memory_window);
   q->storage_key = key;
   q->creator = creator;
   add_queue(q);
@@ -108,8 +109,8 @@ bool broker::impl::resolve_destination(std::string_view dest, storage::batch& re
     return true;
   }
   if (dest.substr(0, kTopicPrefix.size()) == kTopicPrefix && dest.size() > kTopicPrefix.size()) {
-    auto t = topics.find(std::string(dest.substr(kTopicPrefix.size())));
-    if (t != topics.end()) out = t->second.subscriptions;
+    auto t = topology.topics.find(std::string(dest.substr(kTopicPrefix.size())));
+    if (t != topology.topics.end()) out = t->second.subscriptions;
     for (const auto& q : out) persist_queue_record(q, records);
     return true;
   }

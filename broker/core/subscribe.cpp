@@ -25,12 +25,12 @@ const std::string* durable_name(const frame& f) {
 
 queue_ptr broker::impl::find_durable(const connection& c, const std::string& name) {
   if (name_problem(name)) return nullptr;  // no such name is ever created (a NUL would reach other keys)
-  auto it = queues.find(durable_key({c.info.client_id, name, c.info.user}));
-  if (it != queues.end()) return it->second;
+  auto it = topology.queues.find(durable_key({c.info.client_id, name, c.info.user}));
+  if (it != topology.queues.end()) return it->second;
   if (c.info.user.empty()) return nullptr;
   // Stored before subscriptions had owners: whoever may consume its topic may resume or end it.
-  it = queues.find(durable_key({c.info.client_id, name, ""}));
-  if (it != queues.end() && holds_on(c, permission::consume, it->second->topic())) return it->second;
+  it = topology.queues.find(durable_key({c.info.client_id, name, ""}));
+  if (it != topology.queues.end() && holds_on(c, permission::consume, it->second->topic())) return it->second;
   return nullptr;
 }
 
@@ -90,7 +90,7 @@ queue_ptr broker::impl::durable_source(const connection_ptr& c, const frame& f, 
   if (!permitted(*c, permission::create_durable_subscription, topic_name, &f)) return nullptr;
   durable_id d{c->info.client_id, name, c->info.user};
   if (!may_create_queue(*c, durable_key(d), &f)) return nullptr;
-  auto q = std::make_shared<queue>(next_queue_id++, durable_display_name(d), queue::kind::durable_subscription,
+  auto q = std::make_shared<queue>(topology.next_queue_id++, durable_display_name(d), queue::kind::durable_subscription,
                                    topic_name, &store, config.queue_memory_window);
   q->storage_key = durable_key(d);
   q->creator = c->info.user;
@@ -120,10 +120,10 @@ queue_ptr broker::impl::subscription_source(const connection_ptr& c, const frame
   }
   if (durable) return durable_source(c, f, name, *durable, b, created);
   // A non-durable subscription: an in-memory queue of its own, for as long as its consumer stays.
-  auto q = std::make_shared<queue>(next_queue_id++, "subscription-" + std::to_string(c->id) + "-" + id,
+  auto q = std::make_shared<queue>(topology.next_queue_id++, "subscription-" + std::to_string(c->id) + "-" + id,
                                    queue::kind::subscription, name, &store, config.queue_memory_window);
   add_queue(q);
-  topics[name].subscriptions.push_back(q);
+  topology.topics[name].subscriptions.push_back(q);
   return q;
 }
 
@@ -157,11 +157,11 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
   // store refuses it, it never existed (the ERROR closes the connection, which detaches its
   // consumer): DESIGN.md invariant 8.
   receipt_after(c, f, std::move(b), "durable subscription", [this, created](bool stored) {
-    auto it = queues.find(created->storage_key);
+    auto it = topology.queues.find(created->storage_key);
     // Ended meanwhile (its UNSUBSCRIBE came before this answer): it does not join its topic.
-    if (it == queues.end() || it->second != created || created->dropping) return;
+    if (it == topology.queues.end() || it->second != created || created->dropping) return;
     if (stored) {
-      topics[created->topic()].subscriptions.push_back(created);
+      topology.topics[created->topic()].subscriptions.push_back(created);
     } else {
       remove_queue(created);
     }
@@ -178,20 +178,20 @@ void broker::impl::detach(subscription& s, storage::batch& b) {
   std::erase(consumers, &s);
   if (s.source->type() == queue::kind::subscription) {
     // A non-durable subscription's queue lives and dies with its only consumer.
-    auto t = topics.find(s.source->topic());
-    if (t != topics.end()) {
+    auto t = topology.topics.find(s.source->topic());
+    if (t != topology.topics.end()) {
       std::erase(t->second.subscriptions, s.source);
-      if (t->second.subscriptions.empty()) topics.erase(t);  // topics without subscribers hold nothing
+      if (t->second.subscriptions.empty()) topology.topics.erase(t);  // topics without subscribers hold nothing
     }
-    queues_by_id.erase(s.source->id());
+    topology.queues_by_id.erase(s.source->id());
   }
 }
 
 void broker::impl::drop_durable_queue(const queue_ptr& q, storage::batch& b) {
-  auto t = topics.find(q->topic());
-  if (t != topics.end()) {
+  auto t = topology.topics.find(q->topic());
+  if (t != topology.topics.end()) {
     std::erase(t->second.subscriptions, q);
-    if (t->second.subscriptions.empty()) topics.erase(t);
+    if (t->second.subscriptions.empty()) topology.topics.erase(t);
   }
   q->dropping = true;
   b.erase(storage::table::queues, q->storage_key);
@@ -210,20 +210,20 @@ void broker::impl::drop_durable_queue(const queue_ptr& q, storage::batch& b) {
 
 void broker::impl::finish_drop(const queue_ptr& q, bool stored) {
   q->dropping = false;
-  auto it = queues.find(q->storage_key);
-  bool known = it != queues.end() && it->second == q;
+  auto it = topology.queues.find(q->storage_key);
+  bool known = it != topology.queues.end() && it->second == q;
   if (!stored) {
     // Back in its topic as it was, unless it never joined it (refused before it was stored).
     if (!known || !q->record_durable) return;
-    auto& subs = topics[q->topic()].subscriptions;
+    auto& subs = topology.topics[q->topic()].subscriptions;
     if (std::find(subs.begin(), subs.end(), q) == subs.end()) subs.push_back(q);
     return;
   }
   remove_queue(q);
-  auto t = topics.find(q->topic());
-  if (t != topics.end()) {
+  auto t = topology.topics.find(q->topic());
+  if (t != topology.topics.end()) {
     std::erase(t->second.subscriptions, q);
-    if (t->second.subscriptions.empty()) topics.erase(t);
+    if (t->second.subscriptions.empty()) topology.topics.erase(t);
   }
 }
 

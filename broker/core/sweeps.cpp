@@ -120,8 +120,8 @@ void broker::impl::start_sweep(sweep_ptr s) {
 }
 
 void broker::impl::sweep_slice(const sweep_ptr& s) {
-  auto it = queues_by_id.find(s->from->id());
-  if (it == queues_by_id.end() || it->second != s->from || s->from->dropping)
+  auto it = topology.queues_by_id.find(s->from->id());
+  if (it == topology.queues_by_id.end() || it->second != s->from || s->from->dropping)
     return end_sweep(s, sweep_report::ending::queue_deleted);
   ++s->slices;
   std::vector<sweep_page_entry> page;

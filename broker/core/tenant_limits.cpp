@@ -100,7 +100,7 @@ void broker::impl::release_staged(rm::branch& b) {
 }
 
 bool broker::impl::may_create_queue(connection& c, const std::string& storage_key, const frame* request) {
-  if (queues.count(storage_key)) return true;
+  if (topology.queues.count(storage_key)) return true;
   auto it = queues_by_user.find(c.info.user);
   std::uint32_t n = it == queues_by_user.end() ? 0 : it->second;
   if (n < config.max_queues_per_user) return true;

@@ -262,8 +262,8 @@ void broker::impl::reap(std::string from) {
   if (from.empty()) {
     // A move may create its target queue: iterate over a copy of the queue list.
     std::vector<queue_ptr> all;
-    all.reserve(queues_by_id.size());
-    for (auto& [id, q] : queues_by_id) all.push_back(q);
+    all.reserve(topology.queues_by_id.size());
+    for (auto& [id, q] : topology.queues_by_id) all.push_back(q);
     for (auto& q : all)
       for (auto& e : q->take_expired_in_memory(now)) plan_move(q, std::move(e), move_reason::expired, b, plans, true);
   }
