@@ -90,7 +90,7 @@ class broker::impl::core_admin final : public admin_core {
 
   void for_each_queue(std::string_view from, bool after,
                       const std::function<bool(const queue_view&)>& each) const override {
-    auto in_flight = in_flight_by_queue(m_.connections);
+    auto in_flight = in_flight_by_queue(m_.clients.connections);
     std::string key(from);
     const auto& queues = m_.topology.queues;
     for (auto it = after ? queues.upper_bound(key) : queues.lower_bound(key); it != queues.end(); ++it) {
@@ -102,7 +102,7 @@ class broker::impl::core_admin final : public admin_core {
   std::optional<queue_view> find_queue(std::string_view name) const override {
     queue_ptr q = m_.find_by_name(name);
     if (!q) return std::nullopt;
-    auto in_flight = in_flight_by_queue(m_.connections);
+    auto in_flight = in_flight_by_queue(m_.clients.connections);
     auto it = in_flight.find(q.get());
     return view_of(q->storage_key, *q, it == in_flight.end() ? 0 : it->second);
   }
@@ -143,7 +143,7 @@ class broker::impl::core_admin final : public admin_core {
     }
     std::vector<queue_view> out;
     if (found.empty()) return out;
-    auto in_flight = in_flight_by_queue(m_.connections);
+    auto in_flight = in_flight_by_queue(m_.clients.connections);
     for (const auto& q : found) {
       auto it = in_flight.find(q.get());
       out.push_back(view_of(q->storage_key, *q, it == in_flight.end() ? 0 : it->second));
@@ -153,7 +153,7 @@ class broker::impl::core_admin final : public admin_core {
 
   void for_each_connection(std::uint64_t from_id,
                            const std::function<bool(const connection_view&)>& each) const override {
-    for (const auto& [id, c] : by_id(m_.connections, from_id)) {
+    for (const auto& [id, c] : by_id(m_.clients.connections, from_id)) {
       connection_view v;
       v.id = id;
       v.peer = c->info.peer;
@@ -171,7 +171,7 @@ class broker::impl::core_admin final : public admin_core {
 
   void for_each_subscription(std::uint64_t from_connection, const std::optional<std::string>& after,
                              const std::function<bool(const subscription_view&)>& each) const override {
-    for (const auto& [id, c] : by_id(m_.connections, from_connection)) {
+    for (const auto& [id, c] : by_id(m_.clients.connections, from_connection)) {
       auto sit = c->subscriptions.begin();
       if (after && id == from_connection) sit = c->subscriptions.upper_bound(*after);
       for (; sit != c->subscriptions.end(); ++sit) {

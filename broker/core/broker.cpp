@@ -170,12 +170,12 @@ void broker::impl::run_completions() {
 }
 
 void broker::impl::flush() {
-  for (auto& c : dirty) {
+  for (auto& c : clients.dirty) {
     c->last_outbox = c->outbox.size();
     if (!c->outbox.empty() && !c->output_closed) c->out->send(std::move(c->outbox));
     c->outbox.clear();
   }
-  dirty.clear();
+  clients.dirty.clear();
 }
 
 // A new outbox starts with room for twice the connection's last one: a string grown frame by frame
@@ -185,8 +185,8 @@ void broker::impl::flush() {
 // outbox before it (and at most 1 MiB more than it needs), so unwritten frames take bounded memory.
 std::string& broker::impl::outbox_for(connection& c, std::size_t bytes) {
   if (c.outbox.empty()) {
-    auto it = connections.find(c.id);
-    if (it != connections.end()) dirty.push_back(it->second);
+    auto it = clients.connections.find(c.id);
+    if (it != clients.connections.end()) clients.dirty.push_back(it->second);
     c.outbox.reserve(std::max(bytes, std::min<std::size_t>(2 * c.last_outbox, 1024 * 1024)));
   }
   return c.outbox;
@@ -368,7 +368,7 @@ void broker::on_connect(std::uint64_t id, std::shared_ptr<outbound> out, connect
     c->id = id;
     c->out = std::move(out);
     c->info = std::move(info);
-    m->connections.emplace(id, c);
+    m->clients.connections.emplace(id, c);
     if (auto problem = name_problem(c->info.client_id)) {
       m->error(*c, "invalid client-id '" + loggable(c->info.client_id) + "': " + *problem);
       return m->flush();
@@ -394,8 +394,8 @@ void broker::on_frames(std::uint64_t id, std::vector<frame> frames) {
   for (const auto& f : frames) bytes += f.body.size() + 64;
   impl_->inbound_bytes.fetch_add(bytes, std::memory_order_relaxed);
   impl_->post([m = impl_.get(), id, bytes, frames = std::move(frames)]() mutable {
-    auto it = m->connections.find(id);
-    if (it != m->connections.end()) {
+    auto it = m->clients.connections.find(id);
+    if (it != m->clients.connections.end()) {
       connection_ptr c = it->second;
       for (auto& f : frames) {
         if (c->input_closed) break;
@@ -418,10 +418,10 @@ bool broker::reading_paused() const {
 
 void broker::on_closed(std::uint64_t id) {
   impl_->post([m = impl_.get(), id] {
-    auto it = m->connections.find(id);
-    if (it == m->connections.end()) return;
+    auto it = m->clients.connections.find(id);
+    if (it == m->clients.connections.end()) return;
     connection_ptr c = it->second;
-    m->connections.erase(it);
+    m->clients.connections.erase(it);
     if (c->admitted) m->release(*c);
     c->input_closed = c->output_closed = true;
     storage::batch b;
@@ -465,8 +465,8 @@ void broker::set_listeners(std::vector<std::string> listeners) {
 
 void broker::on_writable(std::uint64_t id) {
   impl_->post([m = impl_.get(), id] {
-    auto it = m->connections.find(id);
-    if (it == m->connections.end()) return;
+    auto it = m->clients.connections.find(id);
+    if (it == m->clients.connections.end()) return;
     std::vector<queue_ptr> sources;
     for (auto& [sid, sub] : it->second->subscriptions) sources.push_back(sub->source);
     for (auto& q : sources) m->dispatch(q);

@@ -23,48 +23,13 @@
 #include "escrow/rm/resource_manager.h"
 #include "escrow/broker/core/metrics.h"
 #include "escrow/storage/batch.h"
+#include "connections_part.h"
 #include "queue.h"
 #include "topology_part.h"
 #include "undelivered_part.h"
 #include "escrow/broker/security/security.h"
 
 namespace escrow::broker {
-
-enum class ack_mode { auto_ack, client, client_individual };
-
-struct connection;
-
-// A message handed to a consumer and not yet acknowledged.
-struct delivery {
-  queue_ptr source;
-  queue_entry entry;
-};
-
-struct subscription {
-  std::string id;
-  connection* owner = nullptr;
-  queue_ptr source;
-  ack_mode mode = ack_mode::auto_ack;
-  std::uint32_t window = 0;                // most unacknowledged messages at once
-  std::map<std::uint64_t, delivery> unacked;  // by ack tag, in delivery order
-};
-
-struct connection {
-  std::uint64_t id = 0;
-  std::shared_ptr<outbound> out;
-  connect_info info;
-  std::map<std::string, std::unique_ptr<subscription>> subscriptions;  // by subscription id
-  std::unordered_map<std::uint64_t, subscription*> tag_owner;         // ack tag -> subscription
-  std::uint64_t next_tag = 1;
-  std::map<std::string, rm::branch_ptr> transactions;  // local transactions by STOMP name
-  std::vector<std::weak_ptr<rm::branch>> started_branches;  // XA branches it started (limits)
-  bool admitted = false;       // counted in connections_per_user
-  bool input_closed = false;   // ERROR or DISCONNECT: later frames are ignored
-  bool output_closed = false;  // ERROR sent or connection gone: nothing more is written
-  std::string outbox;          // frames encoded during this core turn, sent at its end
-  std::size_t last_outbox = 0; // bytes of the outbox sent last: the next one starts with that room
-};
-using connection_ptr = std::shared_ptr<connection>;
 
 // Timers that need Asio; defined in broker.cpp.
 struct core_timers;
@@ -121,9 +86,8 @@ struct broker::impl {
 
   // --- core strand state ---
   topology_part topology;  // queues, durable subscriptions and topics (topology_part.h)
+  connections_part clients;  // connections, their subscriptions and outboxes (connections_part.h)
   rm::resource_manager rm;
-  std::unordered_map<std::uint64_t, connection_ptr> connections;
-  std::vector<connection_ptr> dirty;  // connections with frames in their outbox
   std::uint64_t next_message_id = 1;
   std::unique_ptr<core_timers> timers;
   undelivered_part undelivered;  // expiry, redelivery delays, dead letters (undelivered_part.h)
@@ -136,7 +100,6 @@ struct broker::impl {
   // Users and permissions (permissions.cpp). `auth` null: anonymous, every permission.
   authenticator* auth = nullptr;
   std::unordered_map<std::string, address_grants> grants_cache;  // by address; cleared on reload
-  std::unordered_map<std::string, std::uint32_t> connections_per_user;  // by user ("" anonymous)
   bool holds_on(const connection& c, permission p, std::string_view address);
   bool holds_globally(const connection& c, permission p) const;  // granted by the "#" table
   // Whether `c` holds `p` on `address`; if not, ERROR naming the permission (connection closes).

@@ -178,8 +178,8 @@ void broker::impl::submit_delivery_counts(storage::batch b,
     // or whose consumer left, is not). If the raised counts were refused, the deliveries stop:
     // the messages go back to their queue with their old counts, offered again after a second.
     for (auto [connection_id, tag] : deliveries) {
-      auto c = connections.find(connection_id);
-      if (c == connections.end()) continue;
+      auto c = clients.connections.find(connection_id);
+      if (c == clients.connections.end()) continue;
       auto owner = c->second->tag_owner.find(tag);
       if (owner == c->second->tag_owner.end()) continue;
       subscription& sub = *owner->second;

@@ -102,7 +102,7 @@ void collect_store(const storage::commit_stats& st, metrics_snapshot& s) {
 void broker::impl::collect_queues(metrics_snapshot& s) const {
   // In flight: every unacknowledged delivery, by the queue it came from.
   std::unordered_map<const queue*, std::uint64_t> in_flight;
-  for (const auto& [cid, c] : connections)
+  for (const auto& [cid, c] : clients.connections)
     for (const auto& [sid, sub] : c->subscriptions)
       for (const auto& [tag, d] : sub->unacked) ++in_flight[d.source.get()];
   auto in_flight_of = [&in_flight](const queue* q) {
@@ -157,7 +157,7 @@ void broker::impl::collect_queues(metrics_snapshot& s) const {
 
 metrics_snapshot broker::impl::snapshot() const {
   metrics_snapshot s;
-  s.connections = connections.size();
+  s.connections = clients.connections.size();
   s.expired = undelivered.counters.expired;
   s.expired_dropped = undelivered.counters.expired_dropped;
   s.dead_lettered = undelivered.counters.dead_lettered;

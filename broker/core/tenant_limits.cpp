@@ -17,9 +17,9 @@ constexpr std::initializer_list<rm::branch_state> kOpen = {rm::branch_state::act
 }  // namespace
 
 bool broker::impl::admit(connection& c) {
-  auto& n = connections_per_user[c.info.user];
+  auto& n = clients.connections_per_user[c.info.user];
   if (n >= config.max_connections_per_user) {
-    if (n == 0) connections_per_user.erase(c.info.user);
+    if (n == 0) clients.connections_per_user.erase(c.info.user);
     error(c, "too many connections: " + who(c) + " already has " + std::to_string(n) +
                  " (limits.max-connections-per-user)");
     return false;
@@ -29,9 +29,9 @@ bool broker::impl::admit(connection& c) {
 }
 
 void broker::impl::release(connection& c) {
-  auto it = connections_per_user.find(c.info.user);
-  if (it == connections_per_user.end()) return;
-  if (--it->second == 0) connections_per_user.erase(it);
+  auto it = clients.connections_per_user.find(c.info.user);
+  if (it == clients.connections_per_user.end()) return;
+  if (--it->second == 0) clients.connections_per_user.erase(it);
 }
 
 bool broker::impl::may_start_branch(connection& c, const frame* request) {

@@ -202,7 +202,7 @@ void broker::impl::expire_branches() {
 }
 
 void broker::impl::time_out_local(const rm::branch_ptr& b) {
-  for (auto& [id, c] : connections) {
+  for (auto& [id, c] : clients.connections) {
     for (auto it = c->transactions.begin(); it != c->transactions.end(); ++it) {
       if (it->second != b) continue;
       std::string name = it->first;
