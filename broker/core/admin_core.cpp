@@ -80,7 +80,7 @@ class broker::impl::core_admin final : public admin_core {
 
   const broker_config& config() const override { return m_.config; }
   const storage::store& store() const override { return m_.store; }
-  const rm::resource_manager& branches() const override { return m_.rm; }
+  const rm::resource_manager& branches() const override { return m_.transactions.rm; }
 
   metrics_snapshot snapshot() const override { return m_.snapshot(); }
   double uptime_seconds() const override {
@@ -164,7 +164,7 @@ class broker::impl::core_admin final : public admin_core {
       v.subscriptions = c->subscriptions.size();
       for (const auto& [sid, sub] : c->subscriptions) v.in_flight += sub->unacked.size();
       v.transactions = c->transactions.size();
-      if (rm::branch_ptr xa = m_.rm.associated_branch(id)) v.xa_branch = xa->id.to_string();
+      if (rm::branch_ptr xa = m_.transactions.rm.associated_branch(id)) v.xa_branch = xa->id.to_string();
       if (!each(v)) return;
     }
   }
@@ -229,11 +229,12 @@ class broker::impl::core_admin final : public admin_core {
 
   void xa_forget(std::uint64_t connection_id, const xid& x, const std::string& user,
                  std::function<void(int)> done) override {
-    m_.carry_out(m_.rm.call(rm::xa_verb::forget, connection_id, x, TMNOFLAGS, rm::caller{user}), std::move(done));
+    m_.carry_out(m_.transactions.rm.call(rm::xa_verb::forget, connection_id, x, TMNOFLAGS, rm::caller{user}),
+                 std::move(done));
   }
 
   void xa_heuristic(const xid& x, bool commit, const std::string& user, std::function<void(int)> done) override {
-    m_.carry_out(m_.rm.heuristic(x, commit, user), std::move(done));
+    m_.carry_out(m_.transactions.rm.heuristic(x, commit, user), std::move(done));
   }
 
   bool backup_running() const override { return m_.backup_running; }

@@ -28,7 +28,7 @@ std::int64_t steady_ms() {
 bool broker::impl::in_use(const queue_ptr& q) {
   if (q->counters.depth > 0 || !q->consumers().empty() || !q->held().empty() || q->ready_in_memory() != 0)
     return true;
-  for (const auto& [id, b] : rm.branches()) {
+  for (const auto& [id, b] : transactions.rm.branches()) {
     for (const auto& s : b->work.sends)
       for (const auto& t : s.targets)
         if (t.key.queue_id == q->id()) return true;

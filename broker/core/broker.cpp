@@ -34,10 +34,10 @@ constexpr std::string_view kServerName = "escrow/0.1.0";
 broker::impl::impl(asio::io_context& io, storage::store& s, const broker_config& c)
     : store(s),
       config(c),
-      rm(std::chrono::milliseconds(c.branch_timeout_ms), std::chrono::milliseconds(c.local_timeout_ms)) {
+      transactions(std::chrono::milliseconds(c.branch_timeout_ms), std::chrono::milliseconds(c.local_timeout_ms)) {
   // A subscription being ended takes no more entries: if its end is stored they would be orphans
   // (and if it is refused, it misses them, as it misses the topic's messages meanwhile).
-  rm.set_queue_exists([this](std::uint32_t id) {
+  transactions.rm.set_queue_exists([this](std::uint32_t id) {
     auto it = topology.queues_by_id.find(id);
     return it != topology.queues_by_id.end() && !it->second->dropping;
   });
@@ -317,16 +317,16 @@ storage::status broker::impl::load_queues(std::size_t& loaded) {
 storage::status broker::impl::load_branches(std::size_t& prepared) {
   // Prepared and heuristically completed branches come back before any consumer: the entries they
   // consumed stay held (never delivered), their sends stay invisible until the manager decides.
-  if (storage::status rs = rm.load(store); !rs.ok()) return rs;
-  for (const auto& [id, b] : rm.branches()) {
+  if (storage::status rs = transactions.rm.load(store); !rs.ok()) return rs;
+  for (const auto& [id, b] : transactions.rm.branches()) {
     ++prepared;
     // What they hold counts in limits.max-transaction-bytes-per-user, as it did before the restart.
     for (const auto& send : b->work.sends) b->staged_bytes += send.msg->record.encoded_size();
-    if (b->staged_bytes > 0) transaction_bytes_by_user[b->owner] += b->staged_bytes;
+    if (b->staged_bytes > 0) transactions.transaction_bytes_by_user[b->owner] += b->staged_bytes;
     for (const auto& c : b->work.consumed)
       if (queue_ptr q = find_by_id(c.key.queue_id)) q->hold(c.key);
   }
-  next_message_id = std::max(next_message_id, rm.max_staged_message_id() + 1);
+  next_message_id = std::max(next_message_id, transactions.rm.max_staged_message_id() + 1);
   return {};
 }
 
@@ -441,7 +441,7 @@ void broker::on_closed(std::uint64_t id) {
     // Open local transactions roll back; XA branches the connection was associated with become
     // rollback-only; idle and prepared branches stay for the transaction manager.
     m->roll_back_locals(*c);
-    m->rm.connection_closed(id);
+    m->transactions.rm.connection_closed(id);
     for (auto& q : touched) m->dispatch(q);
     m->flush();
   });

@@ -25,6 +25,7 @@
 #include "escrow/storage/batch.h"
 #include "connections_part.h"
 #include "queue.h"
+#include "transactions_part.h"
 #include "topology_part.h"
 #include "undelivered_part.h"
 #include "escrow/broker/security/security.h"
@@ -87,12 +88,10 @@ struct broker::impl {
   // --- core strand state ---
   topology_part topology;  // queues, durable subscriptions and topics (topology_part.h)
   connections_part clients;  // connections, their subscriptions and outboxes (connections_part.h)
-  rm::resource_manager rm;
+  transactions_part transactions;  // the branches, their latencies, staged bytes (transactions_part.h)
   std::uint64_t next_message_id = 1;
   std::unique_ptr<core_timers> timers;
   undelivered_part undelivered;  // expiry, redelivery delays, dead letters (undelivered_part.h)
-  latency_histogram prepare_latency;  // XA-PREPARE to its answer (metrics)
-  latency_histogram commit_latency;   // commits to their answer (metrics)
   std::mt19937_64 random{std::random_device{}()};
   // Addresses whose settings and grants are cached at most (each cache is emptied beyond it).
   static constexpr std::size_t kMaxCachedAddresses = 10000;
@@ -123,7 +122,6 @@ struct broker::impl {
   // A frame of `c` that would create the queue `storage_key`: within max-queues-per-user.
   bool may_create_queue(connection& c, const std::string& storage_key, const frame* request);
   void count_queue(const queue& q, int delta);  // in or out of queues_by_user
-  std::unordered_map<std::string, std::uint64_t> transaction_bytes_by_user;  // staged SEND bytes
   std::unordered_map<std::string, std::uint32_t> queues_by_user;  // queues their frames created
 
   // Runs a function on the core strand; set up by broker.cpp, which owns the Asio strand.

@@ -163,9 +163,9 @@ metrics_snapshot broker::impl::snapshot() const {
   s.dead_lettered = undelivered.counters.dead_lettered;
   s.dead_letters_dropped = undelivered.counters.dead_letters_dropped;
   s.failed_logins = auth ? auth->failed_logins() : 0;
-  collect_branches(rm, s);
-  s.prepare_seconds = prepare_latency.value();
-  s.commit_seconds = commit_latency.value();
+  collect_branches(transactions.rm, s);
+  s.prepare_seconds = transactions.prepare_latency.value();
+  s.commit_seconds = transactions.commit_latency.value();
   collect_store(store.stats(), s);
   collect_queues(s);
   return s;

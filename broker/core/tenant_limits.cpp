@@ -47,7 +47,7 @@ bool broker::impl::may_start_branch(connection& c, const frame* request) {
           request);
     return false;
   }
-  std::size_t by_user = rm.count(c.info.user, kOpen);
+  std::size_t by_user = transactions.rm.count(c.info.user, kOpen);
   if (by_user >= config.max_branches_per_user) {
     error(c, "too many open transactions: " + who(c) + " has " + std::to_string(by_user) +
                  " begun or started and not yet prepared or finished, over all connections "
@@ -60,7 +60,8 @@ bool broker::impl::may_start_branch(connection& c, const frame* request) {
 
 std::optional<std::string> broker::impl::prepare_refusal(const connection& c) const {
   // Prepares still being written count too: answers not yet sent must not let a burst through.
-  std::size_t prepared = rm.count(c.info.user, {rm::branch_state::prepared}) + rm.preparing(c.info.user);
+  std::size_t prepared =
+      transactions.rm.count(c.info.user, {rm::branch_state::prepared}) + transactions.rm.preparing(c.info.user);
   if (prepared < config.max_prepared_branches_per_user) return std::nullopt;
   return who(c) + " already has " + std::to_string(prepared) +
          " prepared branches waiting for their commit or rollback (limits.max-prepared-branches-per-user); "
@@ -75,9 +76,9 @@ bool broker::impl::may_stage(connection& c, rm::branch& b, std::uint64_t bytes, 
           &f);
     return false;
   }
-  std::uint64_t& held = transaction_bytes_by_user[b.owner];
+  std::uint64_t& held = transactions.transaction_bytes_by_user[b.owner];
   if (held + bytes > config.max_transaction_bytes_per_user) {
-    if (held == 0) transaction_bytes_by_user.erase(b.owner);
+    if (held == 0) transactions.transaction_bytes_by_user.erase(b.owner);
     error(c, "SEND refused: " + who(c) + "'s open transactions would hold " + std::to_string(held + bytes) +
                  " bytes of messages, above limits.max-transaction-bytes-per-user (" +
                  std::to_string(config.max_transaction_bytes_per_user) + "); commit or roll back some first",
@@ -91,10 +92,10 @@ bool broker::impl::may_stage(connection& c, rm::branch& b, std::uint64_t bytes, 
 
 void broker::impl::release_staged(rm::branch& b) {
   if (b.staged_bytes == 0) return;
-  auto it = transaction_bytes_by_user.find(b.owner);
-  if (it != transaction_bytes_by_user.end()) {
+  auto it = transactions.transaction_bytes_by_user.find(b.owner);
+  if (it != transactions.transaction_bytes_by_user.end()) {
     it->second -= std::min(it->second, b.staged_bytes);
-    if (it->second == 0) transaction_bytes_by_user.erase(it);
+    if (it->second == 0) transactions.transaction_bytes_by_user.erase(it);
   }
   b.staged_bytes = 0;
 }

@@ -33,7 +33,7 @@ bool broker::impl::takes_work(const rm::branch& b) {
 }
 
 bool broker::impl::branch_for(const connection_ptr& c, const frame& f, rm::branch_ptr& out) {
-  rm::branch_ptr associated = rm.associated_branch(c->id);
+  rm::branch_ptr associated = transactions.rm.associated_branch(c->id);
   if (const std::string* name = f.find("transaction")) {
     if (associated)
       return error(*c, f.command + " names transaction '" + *name + "' while the connection is associated with XA branch " +
@@ -122,9 +122,9 @@ void broker::impl::carry_out(rm::resource_manager::reply r, std::function<void(i
           }
   }
   // Latency for the metrics: from the frame's turn on the core to its answer.
-  latency_histogram* latency = r.act == rm::action::prepare ? &prepare_latency
+  latency_histogram* latency = r.act == rm::action::prepare ? &transactions.prepare_latency
                                : (r.act == rm::action::commit_one_phase || r.act == rm::action::commit_prepared)
-                                   ? &commit_latency
+                                   ? &transactions.commit_latency
                                    : nullptr;
   auto started = std::chrono::steady_clock::now();
   auto complete = [this, commits, rolls_back, done = std::move(done), holds = std::move(holds), latency, started](
@@ -140,7 +140,7 @@ void broker::impl::carry_out(rm::resource_manager::reply r, std::function<void(i
       // connection is gone and nobody would retry it).
       if (rolls_back && reply.target && !reply.had_record) outcome = storage::status{};
     }
-    int code = rm.finish(reply, outcome);
+    int code = transactions.rm.finish(reply, outcome);
     if (outcome.ok() && (commits || rolls_back) && reply.target) release_staged(*reply.target);
     if (outcome.ok() && commits) apply_commit(reply.work);
     if (outcome.ok() && rolls_back) apply_rollback(reply.work);
@@ -165,7 +165,7 @@ operator_target broker::impl::owner_for_operator(const xid& x, const std::string
     if (!user->empty()) t.name += " of user " + *user;
     return t;
   }
-  auto all = rm.find_all(x);
+  auto all = transactions.rm.find_all(x);
   if (all.size() == 1) {
     t.user = all.front()->owner;
     if (!t.user.empty()) t.name += " of user " + t.user;
@@ -183,14 +183,14 @@ rm::caller broker::impl::caller_of(const connection& c) const {
 
 void broker::impl::roll_back_locals(connection& c) {
   for (auto& [name, b] : c.transactions) {
-    auto r = rm.call(rm::xa_verb::rollback, 0, b->id, TMNOFLAGS, rm::caller{b->owner});
+    auto r = transactions.rm.call(rm::xa_verb::rollback, 0, b->id, TMNOFLAGS, rm::caller{b->owner});
     carry_out(std::move(r), [](int) {});
   }
   c.transactions.clear();
 }
 
 void broker::impl::expire_branches() {
-  for (auto& r : rm.expire(std::chrono::steady_clock::now())) {
+  for (auto& r : transactions.rm.expire(std::chrono::steady_clock::now())) {
     if (r.target->local) {
       time_out_local(r.target);
     } else {
@@ -223,7 +223,7 @@ void broker::impl::handle_transaction(const connection_ptr& c, const frame& f) {
     if (c->transactions.count(*name))
       return error(*c, "BEGIN of transaction '" + *name + "', which this connection has already begun", &f);
     if (!may_start_branch(*c, &f)) return;
-    c->transactions.emplace(*name, rm.begin_local(c->id, c->info.user));
+    c->transactions.emplace(*name, transactions.rm.begin_local(c->id, c->info.user));
     return receipt(*c, f);
   }
   auto it = c->transactions.find(*name);
@@ -234,16 +234,16 @@ void broker::impl::handle_transaction(const connection_ptr& c, const frame& f) {
   bool commit = f.command == "COMMIT";
   // A local transaction is a branch committed in one phase: the same commit path as XA.
   rm::caller owner{b->owner};
-  auto r = commit ? rm.call(rm::xa_verb::commit, 0, b->id, TMONEPHASE, owner)
-                  : rm.call(rm::xa_verb::rollback, 0, b->id, TMNOFLAGS, owner);
+  auto r = commit ? transactions.rm.call(rm::xa_verb::commit, 0, b->id, TMONEPHASE, owner)
+                  : transactions.rm.call(rm::xa_verb::rollback, 0, b->id, TMNOFLAGS, owner);
   const std::string* receipt_header = f.find("receipt");
   std::optional<std::string> receipt_id = receipt_header ? std::optional<std::string>(*receipt_header) : std::nullopt;
   std::string command = f.command;
   carry_out(std::move(r), [this, c, b, receipt_id, command, name = *name](int code) {
     if (code != XA_OK) {
       // The commit was refused as a whole; the connection closes, so the work is rolled back.
-      if (rm.branches().count(rm::branch_id{b->owner, b->id}))
-        carry_out(rm.call(rm::xa_verb::rollback, 0, b->id, TMNOFLAGS, rm::caller{b->owner}), [](int) {});
+      if (transactions.rm.branches().count(rm::branch_id{b->owner, b->id}))
+        carry_out(transactions.rm.call(rm::xa_verb::rollback, 0, b->id, TMNOFLAGS, rm::caller{b->owner}), [](int) {});
       frame request{command, {}, {}};
       if (receipt_id) request.add("receipt", *receipt_id);
       return error(*c, command + " of transaction '" + name + "' failed: " + xa_result_name(code) +
@@ -283,7 +283,7 @@ void broker::impl::handle_xa(const connection_ptr& c, const frame& f) {
     if (ec != std::errc() || end != text.data() + text.size() || count < 0)
       return answer(XAER_INVAL, "invalid count header '" + std::string(text) + "': use a non-negative integer");
     std::vector<xid> found;
-    int n = rm.recover(c->id, count, *flags, found, caller);
+    int n = transactions.rm.recover(c->id, count, *flags, found, caller);
     if (n < 0) return answer(n, "recover scan: " + xa_flags_name(*flags) + " without an open scan or with flags it does not take");
     frame extra;
     extra.add("xa-count", std::to_string(n));
@@ -302,7 +302,8 @@ void broker::impl::handle_xa(const connection_ptr& c, const frame& f) {
     auto owner = owner_for_operator(*x, f.find("user"));
     if (!owner.problem.empty()) return answer(owner.code, owner.problem);
     spdlog::warn("operator decision: heuristic {} of prepared branch {}", outcome, owner.name);
-    return carry_out(rm.heuristic(*x, outcome == "commit", owner.user), [answer](int code) { answer(code); });
+    return carry_out(transactions.rm.heuristic(*x, outcome == "commit", owner.user),
+                     [answer](int code) { answer(code); });
   }
   auto verb = verb_of(f.command);
   if (!verb) return error(*c, "unknown XA frame " + f.command, &f);
@@ -315,15 +316,17 @@ void broker::impl::handle_xa(const connection_ptr& c, const frame& f) {
   if (starts_branch && !may_start_branch(*c, &f)) return;
   // A user's own idle branch: refused (and left idle) at max-prepared-branches-per-user.
   if (*verb == rm::xa_verb::prepare) {
-    auto own = rm.branches().find(rm::branch_id{caller.user, *x});
-    if (own != rm.branches().end() && own->second->state == rm::branch_state::idle && !own->second->work.empty())
+    auto own = transactions.rm.branches().find(rm::branch_id{caller.user, *x});
+    if (own != transactions.rm.branches().end() && own->second->state == rm::branch_state::idle &&
+        !own->second->work.empty())
       if (auto refusal = prepare_refusal(*c)) return answer(XAER_RMERR, *refusal);
   }
-  auto r = rm.call(*verb, c->id, *x, *flags, caller);
+  auto r = transactions.rm.call(*verb, c->id, *x, *flags, caller);
   std::string problem = r.problem;
   carry_out(std::move(r), [this, c, answer, starts_branch, id = rm::branch_id{caller.user, *x}, problem](int code) {
     if (starts_branch && code == XA_OK)
-      if (auto b = rm.branches().find(id); b != rm.branches().end()) c->started_branches.push_back(b->second);
+      if (auto b = transactions.rm.branches().find(id); b != transactions.rm.branches().end())
+        c->started_branches.push_back(b->second);
     answer(code, problem);
   });
 }
