@@ -72,31 +72,32 @@ void broker::impl::schedule_expiry() {
 }
 
 void broker::impl::defer_ack(storage::batch b, std::function<void(const storage::status&)> done) {
-  if (deferred_acks.empty()) {
+  if (acks.deferred_acks.empty()) {
     timers->deferred_acks.expires_after(std::chrono::milliseconds(kDeferredAckMs));
     timers->deferred_acks.async_wait([this](const boost::system::error_code& ec) {
       if (!ec) submit_deferred_acks();
     });
   }
-  deferred_acks.append(b);
-  deferred_ack_done.push_back(std::move(done));
+  acks.deferred_acks.append(b);
+  acks.deferred_ack_done.push_back(std::move(done));
 }
 
 void broker::impl::submit_deferred_acks() {
-  if (deferred_acks.empty()) return;
-  auto [acks, acks_done] = take_deferred_acks();
-  store.submit(std::move(acks), completion_for(std::move(acks_done)));
+  if (acks.deferred_acks.empty()) return;
+  auto [removals, removals_done] = take_deferred_acks();
+  store.submit(std::move(removals), completion_for(std::move(removals_done)));
 }
 
 std::pair<storage::batch, std::function<void(const storage::status&)>> broker::impl::take_deferred_acks() {
   timers->deferred_acks.cancel();
-  storage::batch acks = std::move(deferred_acks);
-  deferred_acks = storage::batch{};
-  std::function<void(const storage::status&)> done = [done = std::move(deferred_ack_done)](const storage::status& s) {
-    for (auto& d : done) d(s);
-  };
-  deferred_ack_done.clear();
-  return {std::move(acks), std::move(done)};
+  storage::batch removals = std::move(acks.deferred_acks);
+  acks.deferred_acks = storage::batch{};
+  std::function<void(const storage::status&)> done =
+      [done = std::move(acks.deferred_ack_done)](const storage::status& s) {
+        for (auto& d : done) d(s);
+      };
+  acks.deferred_ack_done.clear();
+  return {std::move(removals), std::move(done)};
 }
 
 std::function<void(const storage::status&)> broker::impl::confirm_records(
@@ -123,12 +124,13 @@ std::function<void(const storage::status&)> broker::impl::confirm_records(
 
 void broker::impl::submit(storage::batch b, std::function<void(const storage::status&)> done) {
   if (!topology.records_carried.empty()) done = confirm_records(b, std::move(done));
-  if (deferred_acks.empty()) return store.submit(std::move(b), completion_for(std::move(done)));
+  if (acks.deferred_acks.empty()) return store.submit(std::move(b), completion_for(std::move(done)));
   // The deferred removals first (they were received before whatever `b` holds), as a batch of
   // their own: if `b` is refused (a full store), these, which free room, are still applied. Both
   // are queued at once, so that the same group commit takes both.
-  auto [acks, acks_done] = take_deferred_acks();
-  store.submit(std::move(acks), completion_for(std::move(acks_done)), std::move(b), completion_for(std::move(done)));
+  auto [removals, removals_done] = take_deferred_acks();
+  store.submit(std::move(removals), completion_for(std::move(removals_done)), std::move(b),
+               completion_for(std::move(done)));
 }
 
 std::function<void(storage::status)> broker::impl::completion_for(std::function<void(const storage::status&)> done) {

@@ -24,6 +24,7 @@
 #include "escrow/broker/core/metrics.h"
 #include "escrow/storage/batch.h"
 #include "connections_part.h"
+#include "acks_part.h"
 #include "queue.h"
 #include "transactions_part.h"
 #include "topology_part.h"
@@ -89,6 +90,7 @@ struct broker::impl {
   topology_part topology;  // queues, durable subscriptions and topics (topology_part.h)
   connections_part clients;  // connections, their subscriptions and outboxes (connections_part.h)
   transactions_part transactions;  // the branches, their latencies, staged bytes (transactions_part.h)
+  acks_part acks;  // acknowledgements waiting for the next write (acks_part.h)
   std::uint64_t next_message_id = 1;
   std::unique_ptr<core_timers> timers;
   undelivered_part undelivered;  // expiry, redelivery delays, dead letters (undelivered_part.h)
@@ -127,22 +129,20 @@ struct broker::impl {
   // Runs a function on the core strand; set up by broker.cpp, which owns the Asio strand.
   std::function<void(std::function<void()>)> post;
   // Submits a batch; `done` runs on the core strand with the outcome, then outboxes are flushed.
-  // Acknowledgements waiting in deferred_acks go first, as a batch of their own queued with it.
+  // Acknowledgements waiting in acks.deferred_acks go first, as a batch of their own queued with it.
   void submit(storage::batch b, std::function<void(const storage::status&)> done);
   // An acknowledgement nobody asked a receipt for promises nothing about when it is on disk: its
   // removals wait here for the next write that has to happen anyway, or at most kDeferredAckMs
   // (docs/storage.md, "Acknowledgements without a receipt"). `done` runs when they are stored.
   void defer_ack(storage::batch b, std::function<void(const storage::status&)> done);
   void submit_deferred_acks();  // now, as a batch of their own (the timer, a closing connection)
-  // Empties deferred_acks and deferred_ack_done into a batch and one completion for them all.
+  // Empties acks.deferred_acks and acks.deferred_ack_done into a batch and one completion for them all.
   std::pair<storage::batch, std::function<void(const storage::status&)>> take_deferred_acks();
   // The store's completion for `done`: collected and run on the core in one turn (run_completions).
   std::function<void(storage::status)> completion_for(std::function<void(const storage::status&)> done);
   static constexpr int kDeferredAckMs = 5;
   // A delivery stopped because its raised count was refused is offered again after this long.
   static constexpr std::uint64_t kRefusedCountRetryMs = 1000;
-  storage::batch deferred_acks;
-  std::vector<std::function<void(const storage::status&)>> deferred_ack_done;
   void run_completions();
   std::mutex completed_mutex;  // the one lock: committer thread -> core strand hand-off
   std::vector<std::pair<std::function<void(const storage::status&)>, storage::status>> completed;
