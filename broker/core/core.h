@@ -1,6 +1,9 @@
 // Internal to broker/core: the core's state and the helpers its frame handlers share. Everything here
 // is touched only on the core strand. broker.cpp holds connection lifecycle and frame dispatch,
 // send.cpp routing and SEND, subscribe.cpp SUBSCRIBE/UNSUBSCRIBE, delivery.cpp MESSAGE, ACK, NACK.
+// Most of the state is in parts, members of broker::impl each in a header of its own: topology
+// (topology_part.h), clients (connections_part.h), transactions (transactions_part.h), acks
+// (acks_part.h), undelivered (undelivered_part.h).
 #pragma once
 
 #include <atomic>
