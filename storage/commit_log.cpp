@@ -24,7 +24,8 @@ constexpr std::uint32_t kRecordMagic = 0x45534c52;   // "ESLR"
 constexpr std::uint64_t kControlSlot = 4096;         // bytes of each control block slot
 constexpr std::uint64_t kRingStart = 2 * kControlSlot;
 constexpr std::size_t kHeaderSize = 32;
-constexpr std::size_t kControlSize = 60;  // the encoded control block, checksum included
+constexpr std::size_t kMetaSize = 152;     // an LMDB meta page's header and MDB_meta (lmdb_meta.h)
+constexpr std::size_t kControlSize = 60 + kMetaSize;  // the encoded control block, checksum included
 constexpr std::uint64_t kGrowStep = 4ull << 20;  // the ring is zero-filled ahead in steps of this
 constexpr std::uint16_t kGroupRecord = 1;
 constexpr std::uint16_t kWrapRecord = 2;
@@ -71,7 +72,10 @@ std::string encode_control(const commit_log::control& c) {
   std::string out;
   put_u32(out, kControlMagic);
   put_u32(out, kLogFormatVersion);
-  for (std::uint64_t v : {c.sequence, c.salt, c.base_txnid, c.data_file, c.first_lsn, c.capacity}) put_u64(out, v);
+  for (std::uint64_t v : {c.sequence, c.salt, c.checkpoint, c.data_file, c.first_lsn, c.capacity}) put_u64(out, v);
+  std::string meta = c.checkpoint_meta;
+  meta.resize(kMetaSize, '\0');
+  out += meta;
   put_u32(out, crc_of(0, out));
   return out;
 }
@@ -87,8 +91,10 @@ control_read decode_control(std::string_view in, commit_log::control& c, std::ui
   // Another version may lay out the rest differently: its number is all that is read of it.
   if (version != kLogFormatVersion) return control_read::other_version;
   if (!get_u32(rest, crc) || crc != crc_of(0, body)) return control_read::invalid;
-  for (std::uint64_t* v : {&c.sequence, &c.salt, &c.base_txnid, &c.data_file, &c.first_lsn, &c.capacity})
+  for (std::uint64_t* v : {&c.sequence, &c.salt, &c.checkpoint, &c.data_file, &c.first_lsn, &c.capacity})
     if (!get_u64(p, *v)) return control_read::invalid;
+  if (p.size() != kMetaSize) return control_read::invalid;
+  c.checkpoint_meta.assign(p);
   return c.capacity >= 4 * kHeaderSize ? control_read::valid : control_read::invalid;
 }
 
@@ -186,6 +192,11 @@ status commit_log::open(const std::string& dir, std::unique_ptr<commit_log>& out
   return {};
 }
 
+commit_log::control commit_log::current() const {
+  std::lock_guard lock(control_mutex_);
+  return control_;
+}
+
 status commit_log::replay(const log_position& from, const record_visitor& visit) const {
   if (!found_) return {};
   const std::uint64_t cap = control_.capacity;
@@ -232,7 +243,8 @@ status commit_log::write_control(const control& next) {
   return {};
 }
 
-status commit_log::start_generation(std::uint64_t base_txnid, std::uint64_t data_file, std::uint64_t capacity) {
+status commit_log::start_generation(std::uint64_t checkpoint, std::string_view meta, std::uint64_t data_file,
+                                    std::uint64_t capacity) {
   bool created = false;
   if (fd_ < 0) {
     fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -245,10 +257,12 @@ status commit_log::start_generation(std::uint64_t base_txnid, std::uint64_t data
       return {status::code::io_error, "cannot shrink the commit log " + path_ + ": " + std::strerror(errno)};
     file_ring_ = capacity;
   }
+  std::lock_guard lock(control_mutex_);
   control next = control_;
   next.sequence = control_.sequence + 1;
   next.salt = random_salt();
-  next.base_txnid = base_txnid;
+  next.checkpoint = checkpoint;
+  next.checkpoint_meta.assign(meta);
   next.data_file = data_file;
   next.first_lsn = 1;
   next.capacity = capacity;
@@ -260,7 +274,10 @@ status commit_log::start_generation(std::uint64_t base_txnid, std::uint64_t data
   }
   if (status s = write_control(next); !s.ok()) return s;
   head_ = 0;
+  keep_from_ = 0;
   next_lsn_ = next.first_lsn;
+  salt_ = next.salt;
+  capacity_ = next.capacity;
   if (created) {
     // The new file is durable only with its directory entry (DESIGN.md invariant 9).
     auto dir = std::filesystem::path(path_).parent_path();
@@ -272,17 +289,19 @@ status commit_log::start_generation(std::uint64_t base_txnid, std::uint64_t data
   return {};
 }
 
-status commit_log::set_base(std::uint64_t base_txnid) {
+status commit_log::set_checkpoint(std::uint64_t checkpoint, std::string_view meta) {
+  std::lock_guard lock(control_mutex_);
   control next = control_;
   next.sequence = control_.sequence + 1;
-  next.base_txnid = base_txnid;
+  next.checkpoint = checkpoint;
+  next.checkpoint_meta.assign(meta);
   return write_control(next);
 }
 
-std::size_t commit_log::max_payload() const { return control_.capacity / 4 - kHeaderSize; }
+std::size_t commit_log::max_payload() const { return capacity_ / 4 - kHeaderSize; }
 
-status commit_log::reserve(std::size_t payload_size, log_position& at) {
-  const std::uint64_t cap = control_.capacity;
+status commit_log::reserve(std::size_t payload_size, log_position& at, bool& behind) {
+  const std::uint64_t cap = capacity_;
   const std::uint64_t total = kHeaderSize + payload_size;
   std::uint64_t v = head_;
   wrap_at_ = UINT64_MAX;
@@ -292,6 +311,8 @@ status commit_log::reserve(std::size_t payload_size, log_position& at) {
   }
   // The first lap writes the ring for the first time: zero it ahead of the head, so that records
   // overwrite written blocks (cheaper to sync than blocks the file system must allocate).
+  behind = v + total > keep_from_ + cap;  // it would overwrite records after the checkpoint
+  if (behind) return {};
   std::uint64_t needed = v % cap + total;
   if (v < cap && needed > file_ring_) {
     std::uint64_t target = std::min(cap, (needed + kGrowStep - 1) / kGrowStep * kGrowStep);
@@ -305,12 +326,12 @@ status commit_log::reserve(std::size_t payload_size, log_position& at) {
       file_ring_ += n;
     }
   }
-  at = log_position{control_.salt, next_lsn_, v + total};
+  at = log_position{salt_, next_lsn_, v + total};
   return {};
 }
 
 int commit_log::append(const log_position& at, std::string_view payload) {
-  const std::uint64_t cap = control_.capacity;
+  const std::uint64_t cap = capacity_;
   const std::uint64_t start = at.end - kHeaderSize - payload.size();
   if (wrap_at_ != UINT64_MAX) {
     std::string wrap = record_header(kWrapRecord, at.salt, at.lsn, {});

@@ -28,6 +28,7 @@
 #include <iterator>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>  // std::shared_lock
 #include <span>
 #include <thread>
@@ -145,17 +146,31 @@ struct store::impl {
   bool log_record = false;    // false: the group is too large for the log (synced the old way)
   std::uint64_t last_txnid = 0;  // the committer's last commit
 
-  // The data syncer: syncs data.mdb after each commit, beside the log's sync. A commit begins only
-  // once the one before it is synced, so that LMDB's older meta page always names a whole, synced
-  // commit (what start-up may go back to). Guarded by sync_mutex.
+  // Checkpoints (docs/storage.md, "The commit log"). The data syncer thread syncs data.mdb and
+  // then records in the log's control block the commit it made durable, with its meta page; until
+  // the next checkpoint, a read transaction (a pin) keeps LMDB from reusing any page of that
+  // commit, so that start-up can always go back to it. Only the committer starts a checkpoint and
+  // moves the pins; the syncer's side is guarded by sync_mutex.
   std::mutex sync_mutex;
   std::condition_variable sync_changed;
-  std::uint64_t sync_requested = 0, sync_done = 0;  // transaction ids
-  fault_plan::fault sync_fault = fault_plan::fault::none;
-  int sync_error = 0;  // sticky: the first failed sync
-  int data_sync_error = 0;  // the committer's copy of it, as seal() last saw it
-  bool syncer_stopping = false;
+  struct checkpoint_job {
+    std::uint64_t txnid = 0;
+    std::string meta;           // its meta page (lmdb_meta.h)
+    std::uint64_t log_end = 0;  // the virtual offset after its record in the log
+    MDB_txn* pin = nullptr;     // holds its pages until the next checkpoint replaces it
+    fault_plan::fault planned = fault_plan::fault::none;
+  };
+  std::optional<checkpoint_job> requested;  // sync_mutex: waiting for or being done by the syncer
+  std::optional<checkpoint_job> finished;   // sync_mutex: done, not yet collected by the committer
+  int sync_error = 0;                       // sync_mutex: the first checkpoint that failed
+  bool syncer_stopping = false;             // sync_mutex
   std::thread syncer;
+  // The committer's side.
+  checkpoint_job checkpointed;  // the last checkpoint (its pin held)
+  bool checkpoint_running = false;
+  std::chrono::steady_clock::time_point last_checkpoint_at = std::chrono::steady_clock::now();
+  std::uint64_t last_record_end = 0;  // the virtual offset after the last record written
+  std::uint32_t page_size = 4096;
 
   // Sticky after a failed sync. Written by the committer only; atomic so that stats() and
   // writable() may read it from any thread.
@@ -192,6 +207,7 @@ struct store::impl {
   void observe_fsync(std::chrono::steady_clock::duration d);
 
   ~impl() {
+    if (checkpointed.pin) mdb_txn_abort(checkpointed.pin);
     if (env) mdb_env_close(env);
     if (lock_fd >= 0) close(lock_fd);
   }
@@ -200,12 +216,16 @@ struct store::impl {
   status recover_before_open(bool new_store);
   status replay_log();
   status start_log();
-  status apply_record(const log_position& at, std::string_view payload);
+  status apply_record(MDB_txn* txn, const log_position& at, std::string_view payload);
   void run_committer();
   void run_syncer();
-  void request_data_sync(std::uint64_t txnid);
-  int wait_data_synced();
   int data_sync(fault_plan::fault planned);
+  bool start_checkpoint();
+  int collect_checkpoint(bool wait);
+  int checkpoint_now();
+  void maybe_checkpoint();
+  int release_pins_for_remap();
+  void pin_latest();
   int seal(MDB_txn* txn, std::vector<pending_batch>& group);
   int make_durable();
   void close_cleanly();
@@ -213,7 +233,7 @@ struct store::impl {
   void find_map();
   static constexpr int kRetryIsolated = -1;  // not an LMDB code: "apply the group batch by batch"
   static constexpr int kInjectedFull = -2;   // not an LMDB code: a full map that growing cannot cure
-  static constexpr int kDataSyncFailed = -3;  // not an LMDB code: the data syncer's sync failed
+  static constexpr int kCheckpointFailed = -3;  // not an LMDB code: a checkpoint's sync failed
   void enqueue(std::span<pending_batch> batches);
   int apply_group(std::vector<pending_batch>& group, bool isolated, bool stop_on_full, MDB_txn*& txn,
                   std::uint64_t& applied);
@@ -344,18 +364,20 @@ status store::impl::open_environment() {
   return start_log();
 }
 
-// Before LMDB opens: read the commit log, and when the store was not closed cleanly and its latest
-// commit came after what the log calls durable (LMDB's commits run without a sync of their own),
-// go back to the commit before it, which is whole and synced; replay_log then applies the log's
-// records again. The base moves back with it, so that a crash during recovery does not go back
-// twice.
+// Before LMDB opens: read the commit log, and when the store was not closed cleanly, so that LMDB's
+// latest commit is after the log's checkpoint (LMDB's commits run without a sync of their own and
+// may not be whole on disk after a power cut), set LMDB back to the checkpoint: its meta page is
+// written back, and its pages are on disk and untouched since (the store pinned them). replay_log
+// then applies the log's records after it again, in one transaction, so that a crash during
+// recovery finds the checkpoint still whole and starts over.
 status store::impl::recover_before_open(bool new_store) {
   if (status s = commit_log::open(options.path, log); !s.ok()) return s;
   std::string data_file = options.path + "/data.mdb";
   struct stat st {};
   if (::stat(data_file.c_str(), &st) == 0) data_file_id = static_cast<std::uint64_t>(st.st_ino);
   if (new_store || !log->found()) return {};
-  if (log->current().data_file != data_file_id) {
+  commit_log::control control = log->current();
+  if (control.data_file != data_file_id) {
     spdlog::warn("storage: the commit log of {} belongs to another data.mdb (was data.mdb restored from a "
                  "backup?); it is not replayed and starts anew", options.path);
     log.reset();  // start_log opens it again and starts a new generation over it
@@ -363,50 +385,36 @@ status store::impl::recover_before_open(bool new_store) {
   }
   lmdb_metas metas;
   if (status s = read_lmdb_metas(data_file, metas); !s.ok()) return s;
-  if (metas.latest_txnid <= log->current().base_txnid) return {};
-  spdlog::warn("storage: {} was not closed cleanly; its last LMDB commit ({}) is set aside and the commit log "
-               "replayed from commit {}", options.path, metas.latest_txnid, metas.other_txnid);
-  if (status s = discard_latest_lmdb_commit(data_file, metas); !s.ok()) return s;
-  return log->set_base(metas.other_txnid);
+  if (metas.latest_txnid <= control.checkpoint) return {};
+  spdlog::warn("storage: {} was not closed cleanly; LMDB's commits after its last checkpoint ({} to {}) are "
+               "set aside and the commit log replayed", options.path, control.checkpoint + 1, metas.latest_txnid);
+  return restore_lmdb_meta(data_file, control.checkpoint_meta);
 }
 
-// Applies one commit log record (a group's batches) to LMDB in one transaction with its position,
-// and syncs it: after it, LMDB holds the record durably whatever happens next.
-status store::impl::apply_record(const log_position& at, std::string_view payload) {
+// Applies one commit log record (a group's batches) to the replay's transaction.
+status store::impl::apply_record(MDB_txn* txn, const log_position& at, std::string_view payload) {
 #ifdef ESCROW_FAULT_INJECTION
   if (faults.next(fault_plan::point::replay) == fault_plan::fault::kill) raise(SIGKILL);
 #endif
-  for (;;) {
-    MDB_txn* txn = nullptr;
-    int rc = mdb_txn_begin(env, nullptr, 0, &txn);
-    std::string_view rest = payload;
-    std::uint64_t count = 0;
-    bool well_formed = get_varint(rest, count);
-    for (std::uint64_t i = 0; rc == 0 && well_formed && i < count; ++i) {
-      std::string_view rep;
-      well_formed = get_string(rest, rep);
-      if (well_formed) rc = apply(txn, rep);
-    }
-    if (rc == 0 && (!well_formed || !rest.empty())) rc = MDB_INVALID;
-    std::string position = at.encode();
-    MDB_val key = as_val(kLogPositionKey), value = as_val(position);
-    if (rc == 0) rc = mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &value, 0);
-    if (rc == 0) {
-      rc = mdb_txn_commit(txn);
-    } else if (txn) {
-      mdb_txn_abort(txn);
-    }
-    if (rc == MDB_MAP_FULL && grow_map()) continue;
-    if (rc == 0) rc = mdb_env_sync(env, 1);
-    if (rc == 0) return {};
-    status s = from_lmdb(rc, "the commit log record " + std::to_string(at.lsn) + " of " + options.path +
-                                 " does not apply to the store");
-    return {s.which() == status::code::store_full ? s.which() : status::code::corrupt,
-            s.message() + "; escrowd cannot start until it does (docs/storage.md, \"The commit log\")"};
+  std::string_view rest = payload;
+  std::uint64_t count = 0;
+  bool well_formed = get_varint(rest, count);
+  int rc = 0;
+  for (std::uint64_t i = 0; rc == 0 && well_formed && i < count; ++i) {
+    std::string_view rep;
+    well_formed = get_string(rest, rep);
+    if (well_formed) rc = apply(txn, rep);
   }
+  if (rc == 0 && (!well_formed || !rest.empty())) rc = MDB_INVALID;
+  if (rc == MDB_MAP_FULL) return {status::code::store_full, "map full"};
+  if (rc == 0) return {};
+  status s = from_lmdb(rc, "the commit log record " + std::to_string(at.lsn) + " of " + options.path +
+                               " does not apply to the store");
+  return {status::code::corrupt, s.message() + "; escrowd cannot start until it does (docs/storage.md, \"The commit log\")"};
 }
 
-// Applies the log's records after the position LMDB holds.
+// Applies the log's records after the position LMDB holds, all in one transaction with the last
+// record's position, synced: LMDB holds them entirely or not at all.
 status store::impl::replay_log() {
   if (!log || !log->found()) return {};
   log_position from;
@@ -419,16 +427,37 @@ status store::impl::replay_log() {
       return corrupt_record(table::meta, kLogPositionKey, "the log position is 24 bytes (salt, lsn, end)");
   }
   auto started = std::chrono::steady_clock::now();
-  std::uint64_t records = 0;
-  status s = log->replay(from, [&](const log_position& at, std::string_view payload) {
-    ++records;
-    return apply_record(at, payload);
-  });
-  if (!s.ok()) return s;
-  if (records > 0)
+  for (;;) {
+    MDB_txn* txn = nullptr;
+    int rc = mdb_txn_begin(env, nullptr, 0, &txn);
+    if (rc != 0) return from_lmdb(rc, "cannot begin the replay");
+    std::uint64_t records = 0;
+    log_position last;
+    status s = log->replay(from, [&](const log_position& at, std::string_view payload) {
+      ++records;
+      last = at;
+      return apply_record(txn, at, payload);
+    });
+    if (s.ok() && records > 0) {
+      std::string position = last.encode();
+      MDB_val key = as_val(kLogPositionKey), value = as_val(position);
+      rc = mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &value, 0);
+      if (rc == MDB_MAP_FULL) s = {status::code::store_full, "map full"};
+      else if (rc != 0) s = from_lmdb(rc, "cannot store the log position");
+    }
+    if (!s.ok() || records == 0) {
+      mdb_txn_abort(txn);
+      if (s.which() == status::code::store_full && grow_map()) continue;
+      return s;
+    }
+    rc = mdb_txn_commit(txn);
+    if (rc == MDB_MAP_FULL && grow_map()) continue;
+    if (rc == 0) rc = mdb_env_sync(env, 1);
+    if (rc != 0) return from_lmdb(rc, "cannot commit the replay of the commit log of " + options.path);
     spdlog::info("storage: replayed {} commits from the commit log of {} in {} ms", records, options.path,
                  std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());
-  return {};
+    return {};
+  }
 }
 
 // Makes what LMDB holds durable, starts a new generation of the log on it, and turns the
@@ -446,9 +475,19 @@ status store::impl::start_log() {
   if (!log) {
     if (status s = commit_log::open(options.path, log); !s.ok()) return s;
   }
-  if (status s = log->start_generation(last_txnid, data_file_id, options.log_size); !s.ok()) return s;
+  MDB_stat est{};
+  mdb_env_stat(env, &est);
+  page_size = est.ms_psize;
+  int fd = -1;
+  mdb_env_get_fd(env, &fd);
+  checkpointed.txnid = last_txnid;
+  if (status s = capture_lmdb_meta(fd, page_size, last_txnid, checkpointed.meta); !s.ok()) return s;
+  if (status s = log->start_generation(last_txnid, checkpointed.meta, data_file_id, options.log_size); !s.ok())
+    return s;
   rc = mdb_env_set_flags(env, MDB_NOSYNC, 1);
-  return from_lmdb(rc, "cannot set the store's flags");
+  if (rc != 0) return from_lmdb(rc, "cannot set the store's flags");
+  pin_latest();
+  return checkpointed.pin ? status{} : status{status::code::io_error, "cannot begin the checkpoint's read transaction"};
 }
 
 // What send_room() answers from: the pages the tables use (each table's branch, leaf and
@@ -625,7 +664,11 @@ int store::impl::write_group(std::vector<pending_batch>& group, std::uint64_t& a
     }
     if (rc == 0) return 0;
     if (rc == MDB_MAP_FULL && stop_on_full) {
-      if (wait_data_synced() == 0 && grow_map()) continue;
+      if (release_pins_for_remap() == 0 && grow_map()) {
+        pin_latest();
+        continue;
+      }
+      pin_latest();
       stop_on_full = false;  // cannot grow: refuse what does not fit, batch by batch
       isolated = true;
       continue;
@@ -642,10 +685,9 @@ int store::impl::write_group(std::vector<pending_batch>& group, std::uint64_t& a
 }
 
 // Before the commit: the group's record (its applied batches) gets its place in the commit log,
-// and LMDB's log position names it in the same transaction. Then waits until the commit before is
-// synced: LMDB keeps two meta pages, and this commit's meta page overwrites the older one, which
-// must by then name nothing that is not on disk. A group whose record would not fit in the log
-// is committed without a record (make_durable syncs it the old way).
+// and LMDB's log position names it in the same transaction. A record that would overwrite one the
+// last checkpoint still needs waits for a checkpoint first. A group whose record would not fit
+// in the log is committed without a record (make_durable checkpoints it at once).
 int store::impl::seal(MDB_txn* txn, std::vector<pending_batch>& group) {
   std::size_t count = 0, size = 0;
   for (auto& p : group)
@@ -655,22 +697,25 @@ int store::impl::seal(MDB_txn* txn, std::vector<pending_batch>& group) {
     }
   size += varint_size(count);
   log_record = size <= log->max_payload();
-  if (log_record) {
-    log_payload.clear();
-    log_payload.reserve(size);
-    put_varint(log_payload, count);
-    for (auto& p : group)
-      if (!p.work.empty() && p.result.ok()) put_string(log_payload, p.work.rep());
-    if (status s = log->reserve(log_payload.size(), log_at); !s.ok()) {
+  if (!log_record) return 0;
+  log_payload.clear();
+  log_payload.reserve(size);
+  put_varint(log_payload, count);
+  for (auto& p : group)
+    if (!p.work.empty() && p.result.ok()) put_string(log_payload, p.work.rep());
+  for (int attempt = 0;; ++attempt) {
+    bool behind = false;
+    if (status s = log->reserve(log_payload.size(), log_at, behind); !s.ok()) {
       spdlog::error("storage: {}", s.message());
       return s.which() == status::code::store_full ? ENOSPC : EIO;
     }
-    std::string position = log_at.encode();
-    MDB_val key = as_val(kLogPositionKey), value = as_val(position);
-    if (int rc = mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &value, 0); rc != 0) return rc;
+    if (!behind) break;
+    if (attempt > 0) return EIO;  // cannot happen: a checkpoint of the last commit frees the log
+    if (checkpoint_now() != 0) return kCheckpointFailed;
   }
-  data_sync_error = wait_data_synced();
-  return data_sync_error == 0 ? 0 : kDataSyncFailed;
+  std::string position = log_at.encode();
+  MDB_val key = as_val(kLogPositionKey), value = as_val(position);
+  return mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &value, 0);
 }
 
 // mdb_txn_commit, through the fault-injection seam in test builds (fault_injection.h). The
@@ -691,12 +736,10 @@ int store::impl::commit(MDB_txn* txn) {
   return mdb_txn_commit(txn);
 }
 
-// After the commit: the data syncer syncs data.mdb while this thread writes the group's record to
-// the commit log and syncs it (the "sync" fault point); that sync makes the group durable. A group
-// too large for the log is synced in data.mdb here instead, and the log's base moves past it.
-// 0 or the errno of the failed write.
+// After the commit: the group's record is written to the commit log and synced (the "sync" fault
+// point); that sync makes the group durable. A group too large for the log is made durable by a
+// checkpoint of its commit instead (data.mdb synced). 0 or the errno of the failed write.
 int store::impl::make_durable() {
-  if (log_record) request_data_sync(last_txnid);
   fault_plan::fault planned = fault_plan::fault::none;
 #ifdef ESCROW_FAULT_INJECTION
   planned = faults.next(fault_plan::point::sync);
@@ -707,32 +750,97 @@ int store::impl::make_durable() {
   int rc = 0;
   if (log_record) {
     rc = log->append(log_at, log_payload);
+    if (rc == 0) last_record_end = log_at.end;
   } else {
-    rc = mdb_env_sync(env, 1);
-    if (rc == 0 && !log->set_base(last_txnid).ok()) rc = EIO;
+    rc = checkpoint_now() == 0 ? 0 : kCheckpointFailed;
   }
   observe_fsync(std::chrono::steady_clock::now() - started);
   return rc == 0 && planned == fault_plan::fault::eio ? EIO : rc;
 }
 
-void store::impl::request_data_sync(std::uint64_t txnid) {
-  fault_plan::fault planned = fault_plan::fault::none;
+// A read transaction on LMDB's latest commit: the pin of a checkpoint of that commit.
+void store::impl::pin_latest() {
+  if (checkpointed.pin) return;
+  if (mdb_txn_begin(env, nullptr, MDB_RDONLY, &checkpointed.pin) != 0) checkpointed.pin = nullptr;
+}
+
+// Growing the map needs no transaction open: checkpoint the latest commit, so that no earlier
+// one is needed, and let its pin go (pin_latest takes it again once the map has grown).
+int store::impl::release_pins_for_remap() {
+  int rc = checkpoint_now();
+  if (checkpointed.pin) mdb_txn_abort(checkpointed.pin);
+  checkpointed.pin = nullptr;
+  return rc;
+}
+
+// Hands the last commit to the data syncer, with its meta page and a pin on its pages. False when
+// one is already under way or nothing is new since the last checkpoint.
+bool store::impl::start_checkpoint() {
+  if (checkpoint_running || last_txnid <= checkpointed.txnid) return false;
+  checkpoint_job job;
+  job.txnid = last_txnid;
+  job.log_end = last_record_end;
+  int fd = -1;
+  mdb_env_get_fd(env, &fd);
+  if (!capture_lmdb_meta(fd, page_size, last_txnid, job.meta).ok()) return false;
+  if (mdb_txn_begin(env, nullptr, MDB_RDONLY, &job.pin) != 0) return false;
 #ifdef ESCROW_FAULT_INJECTION
-  planned = faults.next(fault_plan::point::data_sync);
+  job.planned = faults.next(fault_plan::point::data_sync);
 #endif
   {
     std::lock_guard lock(sync_mutex);
-    sync_requested = txnid;
-    sync_fault = planned;
+    requested = std::move(job);
   }
+  checkpoint_running = true;
   sync_changed.notify_all();
+  return true;
 }
 
-// 0 once every commit so far is synced in data.mdb, or the errno of the first sync that failed.
-int store::impl::wait_data_synced() {
-  std::unique_lock lock(sync_mutex);
-  sync_changed.wait(lock, [&] { return sync_done >= sync_requested; });
-  return sync_error;
+// Takes a finished checkpoint (waiting for it when `wait`): its pin replaces the last one, and the
+// log's records before its commit may be overwritten. 0, or the errno of its failed sync (the
+// store then stops taking writes).
+int store::impl::collect_checkpoint(bool wait) {
+  if (!checkpoint_running) return 0;
+  std::optional<checkpoint_job> done;
+  int error = 0;
+  {
+    std::unique_lock lock(sync_mutex);
+    if (wait) sync_changed.wait(lock, [&] { return finished.has_value(); });
+    if (!finished) return 0;
+    done = std::move(finished);
+    finished.reset();
+    error = sync_error;
+  }
+  checkpoint_running = false;
+  if (error != 0) {
+    if (done->pin) mdb_txn_abort(done->pin);
+    return error;
+  }
+  if (checkpointed.pin) mdb_txn_abort(checkpointed.pin);
+  checkpointed = std::move(*done);
+  log->keep_from(checkpointed.log_end);
+  last_checkpoint_at = std::chrono::steady_clock::now();
+  return 0;
+}
+
+// A checkpoint of the last commit, waited for. 0 or the errno of its failure.
+int store::impl::checkpoint_now() {
+  if (int rc = collect_checkpoint(true); rc != 0) return rc;
+  if (!start_checkpoint()) return last_txnid <= checkpointed.txnid ? 0 : EIO;
+  return collect_checkpoint(true);
+}
+
+// After a group, and when idle: collect a finished checkpoint; start the next one when the last
+// is storage.checkpoint-interval-ms old, or a quarter of the log has been written since.
+void store::impl::maybe_checkpoint() {
+  if (collect_checkpoint(false) != 0) {
+    failed = true;
+    return;
+  }
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_checkpoint_at >= std::chrono::milliseconds(options.checkpoint_interval_ms) ||
+      log->since_checkpoint() >= options.log_size / 4)
+    start_checkpoint();
 }
 
 // mdb_env_sync, through the fault-injection seam (the "data_sync" point).
@@ -754,22 +862,25 @@ int store::impl::data_sync(fault_plan::fault planned) {
   return rc;
 }
 
+// The data syncer: for each checkpoint asked for, syncs data.mdb and then records the commit in
+// the log's control block (synced too).
 void store::impl::run_syncer() {
   std::unique_lock lock(sync_mutex);
   for (;;) {
-    sync_changed.wait(lock, [&] { return syncer_stopping || sync_requested > sync_done; });
-    if (sync_requested <= sync_done) return;  // stopping, nothing left to sync
-    std::uint64_t target = sync_requested;
-    fault_plan::fault planned = sync_fault;
+    sync_changed.wait(lock, [&] { return syncer_stopping || requested.has_value(); });
+    if (!requested) return;  // stopping, nothing asked
+    checkpoint_job job = std::move(*requested);
+    requested.reset();
     lock.unlock();
-    int rc = data_sync(planned);
+    int rc = data_sync(job.planned);
+    if (rc == 0 && !log->set_checkpoint(job.txnid, job.meta).ok()) rc = EIO;
     lock.lock();
     if (rc != 0 && sync_error == 0) {
       sync_error = rc;
-      spdlog::critical("storage: the sync of {}/data.mdb failed: {}; the store refuses every write until escrowd "
+      spdlog::critical("storage: the checkpoint of {} failed: {}; the store refuses every write until escrowd "
                        "restarts (what was reported stored is in the commit log)", options.path, mdb_strerror(rc));
     }
-    sync_done = target;
+    finished = std::move(job);
     sync_changed.notify_all();
   }
 }
@@ -830,7 +941,20 @@ void store::impl::run_committer() {
   for (;;) {
     {
       std::unique_lock lock(mutex);
-      wake.wait(lock, [&] { return stopping || !waiting.empty(); });
+      // Idle with commits not yet checkpointed: a checkpoint within the interval all the same, so
+      // that a restart has little to replay.
+      while (!stopping && waiting.empty()) {
+        if (last_txnid > checkpointed.txnid || checkpoint_running) {
+          if (!wake.wait_for(lock, std::chrono::milliseconds(options.checkpoint_interval_ms),
+                             [&] { return stopping || !waiting.empty(); })) {
+            lock.unlock();
+            maybe_checkpoint();
+            lock.lock();
+          }
+        } else {
+          wake.wait(lock, [&] { return stopping || !waiting.empty(); });
+        }
+      }
       if (waiting.empty()) return;  // stopping, everything completed
       while (!waiting.empty() && group.size() < options.max_group_batches) {
         group.push_back(std::move(waiting.front()));
@@ -861,9 +985,9 @@ void store::impl::run_committer() {
         continue;
       }
       if (rc != 0) {
-        fail_for_good(rc == kDataSyncFailed ? status(status::code::io_error, "the sync of data.mdb failed: " +
-                                                                                 std::string(mdb_strerror(data_sync_error)))
-                                            : from_lmdb(rc, "storage write failed"),
+        fail_for_good(rc == kCheckpointFailed
+                          ? status(status::code::io_error, "a checkpoint (the sync of data.mdb) failed")
+                          : from_lmdb(rc, "storage write failed"),
                       group);
         continue;
       }
@@ -876,23 +1000,29 @@ void store::impl::run_committer() {
       }
     }
     complete(group);
+    if (!failed) maybe_checkpoint();
     trim_resident_pages();
   }
 }
 
-// A clean close: once data.mdb holds the last commit, the log's base moves to it, so that the
-// next start has nothing to go back over or replay.
+// A clean close: a checkpoint of the last commit, so that the next start has nothing to go back
+// over or replay; then the pins go and the syncer stops.
 void store::impl::close_cleanly() {
-  int rc = wait_data_synced();
+  if (!failed && log) {
+    if (int rc = checkpoint_now(); rc != 0)
+      spdlog::warn("storage: the last checkpoint of {} failed: {}; the next start replays the commit log",
+                   options.path, mdb_strerror(rc));
+  } else {
+    (void)collect_checkpoint(true);
+  }
+  if (checkpointed.pin) mdb_txn_abort(checkpointed.pin);
+  checkpointed.pin = nullptr;
   {
     std::lock_guard lock(sync_mutex);
     syncer_stopping = true;
   }
   sync_changed.notify_all();
   if (syncer.joinable()) syncer.join();
-  if (rc == 0 && !failed && log && last_txnid > log->current().base_txnid) {
-    if (status s = log->set_base(last_txnid); !s.ok()) spdlog::warn("storage: {}", s.message());
-  }
 }
 
 // Every page LMDB reads through its read-only shared map (each page a write transaction copies

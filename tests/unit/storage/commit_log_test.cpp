@@ -33,16 +33,20 @@ namespace {
 
 constexpr std::uint64_t kRing = 16ull << 20;  // the smallest ring the log makes
 
+std::string meta_of(int txnid) { return std::string(kLmdbMetaBytes, static_cast<char>(txnid)); }
+
 std::unique_ptr<commit_log> new_log(const std::string& dir) {
   std::unique_ptr<commit_log> log;
   REQUIRE(commit_log::open(dir, log).ok());
-  REQUIRE(log->start_generation(7, 42, kRing).ok());
+  REQUIRE(log->start_generation(7, meta_of(7), 42, kRing).ok());
   return log;
 }
 
 log_position append(commit_log& log, const std::string& payload) {
   log_position at;
-  REQUIRE(log.reserve(payload.size(), at).ok());
+  bool behind = true;
+  REQUIRE(log.reserve(payload.size(), at, behind).ok());
+  REQUIRE_FALSE(behind);
   REQUIRE(log.append(at, payload) == 0);
   return at;
 }
@@ -191,7 +195,7 @@ TEST_SUITE("storage/commit_log") {
     SUBCASE("the next record of an older generation is not read") {
       std::unique_ptr<commit_log> again;
       REQUIRE(commit_log::open(dir.path(), again).ok());
-      REQUIRE(again->start_generation(9, 42, kRing).ok());
+      REQUIRE(again->start_generation(9, meta_of(9), 42, kRing).ok());
       append(*again, payload_of(20, 1000));  // overwrites the first record only
       again.reset();
       auto all = read_all(dir.path());
@@ -206,7 +210,10 @@ TEST_SUITE("storage/commit_log") {
     const std::size_t size = 3u << 20;  // at most a quarter of the ring
     CHECK(log->max_payload() >= size);
     std::vector<log_position> at;
-    for (int i = 0; i < 13; ++i) at.push_back(append(*log, payload_of(i, size)));  // about two laps
+    for (int i = 0; i < 13; ++i) {  // about two laps, a checkpoint after every record
+      at.push_back(append(*log, payload_of(i, size)));
+      log->keep_from(at.back().end);
+    }
     CHECK(at.back().end > 2 * kRing);
     log.reset();
     auto tail = read_all(dir.path(), at[9]);
@@ -221,19 +228,41 @@ TEST_SUITE("storage/commit_log") {
     CHECK(log->max_payload() < kRing / 4);
   }
 
+  TEST_CASE("a record that would overwrite one after the checkpoint waits for a checkpoint") {
+    temp_dir dir;
+    auto log = new_log(dir.path());
+    const std::size_t size = 3u << 20;
+    int written = 0;
+    for (;; ++written) {
+      log_position at;
+      bool behind = false;
+      REQUIRE(log->reserve(size, at, behind).ok());
+      if (behind) break;
+      REQUIRE(log->append(at, payload_of(written, size)) == 0);
+      REQUIRE(written < 10);
+    }
+    CHECK(written == 5);  // one lap of the 16 MiB ring, no checkpoint since the first record
+    log->keep_from(log->since_checkpoint());  // a checkpoint of everything written
+    log_position at;
+    bool behind = true;
+    REQUIRE(log->reserve(size, at, behind).ok());
+    CHECK_FALSE(behind);
+  }
+
   TEST_CASE("control blocks: the newer valid one counts; another format version is refused") {
     temp_dir dir;
     {
       auto log = new_log(dir.path());
-      REQUIRE(log->set_base(11).ok());  // sequence 2, in slot 1
+      REQUIRE(log->set_checkpoint(11, meta_of(11)).ok());  // sequence 2, in slot 1
     }
     std::unique_ptr<commit_log> log;
     REQUIRE(commit_log::open(dir.path(), log).ok());
-    CHECK(log->current().base_txnid == 11);
+    CHECK(log->current().checkpoint == 11);
+    CHECK(log->current().checkpoint_meta == meta_of(11));
     log.reset();
     flip_byte(dir.path() + "/log", 4096 + 20);  // slot 1 no longer checks out: slot 0 is current
     REQUIRE(commit_log::open(dir.path(), log).ok());
-    CHECK(log->current().base_txnid == 7);
+    CHECK(log->current().checkpoint == 7);
     log.reset();
     std::fstream f(dir.path() + "/log", std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(4);

@@ -48,6 +48,9 @@ struct store_options {
   // Bytes of the commit log's ring (storage.log-size): a group's record may take a quarter of it;
   // a larger group is committed to LMDB with its own syncs instead.
   std::uint64_t log_size = 64ull * 1024 * 1024;
+  // At most this long between checkpoints while commits come (storage.checkpoint-interval-ms):
+  // data.mdb is synced and the log before it may be reused. What a restart replays is bounded by it.
+  std::uint32_t checkpoint_interval_ms = 500;
   fault_plan faults;  // test builds only (fault_injection.h); ignored elsewhere
 };
 
