@@ -18,6 +18,31 @@ namespace {
 class tcp_transport final : public asio_transport<asio::ip::tcp::socket> {
  public:
   explicit tcp_transport(std::chrono::milliseconds write_timeout) : asio_transport(write_timeout) {}
+
+ private:
+  // A non-blocking receive (the socket is in non-blocking mode, connect_tcp): a reader that keeps
+  // up with a busy broker reads with one system call per read, as before Asio.
+  bool read_now(char* buffer, std::size_t size, std::size_t& n, boost::system::error_code& ec) override {
+    n = stream_.read_some(asio::buffer(buffer, size), ec);
+    return ec != asio::error::would_block && ec != asio::error::try_again;
+  }
+
+  // The kernel's send on the descriptor, never waiting: it is safe beside the reader's receive,
+  // and close_stream() cannot close the descriptor meanwhile (both hold the transport's mutex).
+  std::size_t send_now(std::string_view data, boost::system::error_code& ec) override {
+    std::size_t sent = 0;
+    while (sent < data.size()) {
+      ssize_t n = ::send(stream_.native_handle(), data.data() + sent, data.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n >= 0) {
+        sent += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) ec.assign(errno, boost::system::system_category());
+      break;
+    }
+    return sent;
+  }
 };
 
 // A failed look-up in getaddrinfo's words ("Name or service not known"), as before Asio: Asio
@@ -98,6 +123,12 @@ std::unique_ptr<transport> connect_tcp(const std::string& host, std::uint16_t po
                                        std::chrono::milliseconds write_timeout, std::string* error) {
   auto t = std::make_unique<tcp_transport>(write_timeout);
   if (!connect_socket(t->io(), t->stream(), host, port, timeout, error)) return nullptr;
+  boost::system::error_code ec;
+  t->stream().non_blocking(true, ec);
+  if (ec) {
+    *error = "cannot connect to " + host + ":" + std::to_string(port) + ": " + ec.message();
+    return nullptr;
+  }
   return t;
 }
 

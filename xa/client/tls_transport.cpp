@@ -89,7 +89,7 @@ class tls_transport final : private tls_context, public asio_transport<ssl_strea
   // once (Asio tries the send before it waits), unless the connection failed (a write that timed
   // out may have stopped in the middle of a record).
   void close_stream() override {
-    if (!closing_ && !first_failure_ && !write_failed() && stream_.lowest_layer().is_open()) {
+    if (!closing_ && !first_failure_ && !write_has_failed() && stream_.lowest_layer().is_open()) {
       closing_ = true;
       stream_.async_shutdown([](const boost::system::error_code&) {});
     }

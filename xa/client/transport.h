@@ -3,9 +3,9 @@
 // (tcp_transport.cpp) and TLS over asio::ssl (tls_transport.cpp); nothing above this interface
 // knows which, and no Asio or OpenSSL type appears in it.
 //
-// Thread safety: one reader thread calls read_some(), and it carries out the writes too (a
-// write_all() waits for it); writers serialise write_all() among themselves; shutdown() may be
-// called from any thread at any time, also while the others block.
+// Thread safety: one reader thread calls read_some(), and it carries out the writes too;
+// writers serialise write_all() among themselves; shutdown() may be called from any thread at any
+// time, also while the others block.
 #pragma once
 
 #include <chrono>
@@ -25,9 +25,10 @@ class transport {
   // Blocks until some bytes arrive, carrying out the writers' writes meanwhile. Returns their
   // number (> 0), 0 at the end of the stream, or -1 with *error set (also after shutdown()).
   virtual long read_some(char* buffer, std::size_t size, std::string* error) = 0;
-  // Writes all of `data` (through the reader's thread: not to be called on it). False with *error
-  // set on failure, including a write that makes no progress for the write timeout (the broker is
-  // not reading).
+  // Hands all of `data` to the reader's thread to write, in order, and returns at once unless
+  // much is waiting to go already (not to be called on the reader's thread). False with *error
+  // set once writing has failed, including a write that made no progress for the write timeout
+  // (the broker is not reading); such a failure also ends read_some() with its reason.
   virtual bool write_all(std::string_view data, std::string* error) = 0;
   // Wakes a blocked read_some() and makes every later call fail. Idempotent.
   virtual void shutdown() = 0;
