@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../temp_dir.h"
+#include "small_store.h"
 #include "escrow/storage/batch.h"
 #include "escrow/storage/commit_log.h"
 #include "escrow/storage/lmdb_meta.h"
@@ -27,6 +28,8 @@
 #include "escrow/storage/store.h"
 
 using namespace escrow::storage;
+using escrow::testing::open_or_fail;
+using escrow::testing::small_store;
 using escrow::testing::temp_dir;
 
 namespace {
@@ -76,26 +79,6 @@ void flip_byte(const std::string& file, std::uint64_t offset) {
   f.write(&c, 1);
 }
 
-store_options options_for(const std::string& path, std::string_view faults = {}) {
-  store_options o;
-  o.path = path;
-  o.map_size = 1ull << 20;
-  o.min_free_disk = 0;
-  if (!faults.empty()) {
-    std::string error;
-    REQUIRE_MESSAGE(fault_plan::parse(faults, o.faults, error), error);
-  }
-  return o;
-}
-
-std::unique_ptr<store> open_store(const store_options& o) {
-  std::unique_ptr<store> s;
-  status st = store::open(o, s);
-  INFO(st.message());
-  REQUIRE(st.ok());
-  return s;
-}
-
 batch message_batch(int i) {
   batch b;
   b.put(table::messages, message_key(static_cast<std::uint64_t>(i)), payload_of(i, 300 + i));
@@ -131,7 +114,7 @@ void in_child_that_dies(F body) {
 void store_then_die(const std::string& dir, int n) {
   in_child_that_dies([&] {
     std::unique_ptr<store> s;
-    if (!store::open(options_for(dir), s).ok()) _exit(2);
+    if (!store::open(small_store(dir), s).ok()) _exit(2);
     for (int i = 0; i < n; ++i) {
       std::promise<bool> done;
       s->submit(message_batch(i), [&](status st) { done.set_value(st.ok()); });
@@ -276,7 +259,7 @@ TEST_SUITE("storage/commit_log") {
   TEST_CASE("the meta pages read as LMDB reads them") {
     temp_dir dir;
     {
-      auto s = open_store(options_for(dir.path()));
+      auto s = open_or_fail(small_store(dir.path()));
       for (int i = 0; i < 3; ++i) {
         std::promise<status> p;
         s->submit(message_batch(i), [&](status st) { p.set_value(std::move(st)); });
@@ -301,12 +284,12 @@ TEST_SUITE("storage/recovery") {
   TEST_CASE("a store whose process died keeps every batch reported stored") {
     temp_dir dir;
     store_then_die(dir.path(), 20);
-    auto s = open_store(options_for(dir.path()));
+    auto s = open_or_fail(small_store(dir.path()));
     CHECK(messages(*s) == expected(20));
     s.reset();
     // Closed cleanly this time: the next open has nothing to set aside.
     std::uint64_t before = latest_txnid(dir.path());
-    s = open_store(options_for(dir.path()));
+    s = open_or_fail(small_store(dir.path()));
     CHECK(latest_txnid(dir.path()) == before);
     CHECK(messages(*s) == expected(20));
   }
@@ -327,7 +310,7 @@ TEST_SUITE("storage/recovery") {
       std::uint64_t bogus = 3;
       f.write(reinterpret_cast<const char*>(&bogus), sizeof bogus);
     }
-    auto s = open_store(options_for(dir.path()));
+    auto s = open_or_fail(small_store(dir.path()));
     CHECK(messages(*s) == expected(10));
   }
 
@@ -337,9 +320,9 @@ TEST_SUITE("storage/recovery") {
     store_then_die(dir.path(), 8);
     in_child_that_dies([&] {
       std::unique_ptr<store> s;
-      (void)store::open(options_for(dir.path(), "replay:1:kill"), s);
+      (void)store::open(small_store(dir.path(), "replay:1:kill"), s);
     });
-    auto s = open_store(options_for(dir.path()));
+    auto s = open_or_fail(small_store(dir.path()));
     CHECK(messages(*s) == expected(8));
   }
 
@@ -354,7 +337,7 @@ TEST_SUITE("storage/recovery") {
     };
     in_child_that_dies([&] {
       std::unique_ptr<store> s;
-      if (!store::open(options_for(dir.path()), s).ok()) _exit(2);
+      if (!store::open(small_store(dir.path()), s).ok()) _exit(2);
       for (int i = 0; i < 6; ++i) {
         batch b = message_batch(i);
         b.put(table::message_refs, message_key(static_cast<std::uint64_t>(i)), refs(3));
@@ -367,7 +350,7 @@ TEST_SUITE("storage/recovery") {
     });
     for (int round = 0; round < 2; ++round) {
       CAPTURE(round);
-      auto s = open_store(options_for(dir.path()));
+      auto s = open_or_fail(small_store(dir.path()));
       CHECK(messages(*s) == expected(6));
       for (int i = 0; i < 6; ++i) {
         CAPTURE(i);
