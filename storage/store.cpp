@@ -213,6 +213,10 @@ struct store::impl {
   }
 
   status open_environment();
+  status make_directory(bool& new_directory, bool& new_store);
+  status lock_directory();
+  status open_tables();
+  status check_schema(MDB_txn* txn);
   status recover_before_open(bool new_store);
   status replay_log();
   status start_log();
@@ -250,37 +254,13 @@ struct store::impl {
   int remove_entry(MDB_txn* txn, std::string_view entry_key);
 };
 
+// Opening, in order: the data directory and its lock, recovery before LMDB opens, LMDB itself,
+// the tables and the schema version, the directory entries, replay, and the log's new generation.
 status store::impl::open_environment() {
-  // A data directory escrowd makes is private (0700): the store is every message. Its parents, if
-  // missing too, get the usual mode. One that exists keeps its mode (escrowd warns when it is open,
-  // broker/server.cpp); the files LMDB and escrowd create in it are 0600.
-  std::error_code ec;
-  bool new_directory = false;
-  if (!std::filesystem::is_directory(options.path, ec)) {
-    std::filesystem::path dir = std::filesystem::absolute(options.path, ec).lexically_normal();
-    if (!dir.has_filename()) dir = dir.parent_path();  // "data/"
-    if (!ec) std::filesystem::create_directories(dir.parent_path(), ec);
-    if (ec)
-      return {status::code::io_error, "cannot create data directory " + options.path + ": " + ec.message()};
-    if (::mkdir(dir.c_str(), 0700) == 0)
-      new_directory = true;
-    else if (errno != EEXIST)
-      return {status::code::io_error, "cannot create data directory " + options.path + ": " + std::strerror(errno)};
-  }
-  bool new_store = !std::filesystem::exists(std::filesystem::path(options.path) / "data.mdb", ec);
-
-  // Two brokers on one data directory would hand out the same messages twice: refuse the second.
-  std::string lock_path = options.path + "/escrow.lock";
-  lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (lock_fd < 0)
-    return {status::code::io_error, "cannot open " + lock_path + ": " + std::strerror(errno)};
-  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
-    return {status::code::io_error,
-            "data directory " + options.path + " is in use by another escrowd (" + lock_path +
-                " is locked); stop it or choose another --data-dir"};
-
+  bool new_directory = false, new_store = false;
+  if (status s = make_directory(new_directory, new_store); !s.ok()) return s;
+  if (status s = lock_directory(); !s.ok()) return s;
   if (status s = recover_before_open(new_store); !s.ok()) return s;
-
   int rc = mdb_env_create(&env);
   if (rc == 0) rc = mdb_env_set_maxdbs(env, kTableCount + 2);
   if (rc == 0) rc = mdb_env_set_mapsize(env, options.map_size);
@@ -293,9 +273,57 @@ status store::impl::open_environment() {
   int dead = 0;
   mdb_reader_check(env, &dead);  // clear reader slots left by a killed process
   find_map();
+  if (status s = open_tables(); !s.ok()) return s;
+  // A new data.mdb (and a new data directory) is durable only once the directory holding it is
+  // synced: LMDB syncs the file, not its entry. Before any receipt depends on it.
+  rc = new_store ? sync_directory(options.path) : 0;
+  if (rc == 0 && new_directory) {
+    std::error_code ec;
+    rc = sync_directory(std::filesystem::absolute(options.path, ec).parent_path().string());
+  }
+  if (rc != 0) return from_lmdb(rc, "cannot sync the data directory " + options.path);
+  if (status s = replay_log(); !s.ok()) return s;
+  return start_log();
+}
 
+// A data directory escrowd makes is private (0700): the store is every message. Its parents, if
+// missing too, get the usual mode. One that exists keeps its mode (escrowd warns when it is open,
+// broker/server.cpp); the files LMDB and escrowd create in it are 0600.
+status store::impl::make_directory(bool& new_directory, bool& new_store) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(options.path, ec)) {
+    std::filesystem::path dir = std::filesystem::absolute(options.path, ec).lexically_normal();
+    if (!dir.has_filename()) dir = dir.parent_path();  // "data/"
+    if (!ec) std::filesystem::create_directories(dir.parent_path(), ec);
+    if (ec)
+      return {status::code::io_error, "cannot create data directory " + options.path + ": " + ec.message()};
+    if (::mkdir(dir.c_str(), 0700) == 0)
+      new_directory = true;
+    else if (errno != EEXIST)
+      return {status::code::io_error, "cannot create data directory " + options.path + ": " + std::strerror(errno)};
+  }
+  new_store = !std::filesystem::exists(std::filesystem::path(options.path) / "data.mdb", ec);
+  return {};
+}
+
+// Two brokers on one data directory would hand out the same messages twice: refuse the second.
+status store::impl::lock_directory() {
+  std::string lock_path = options.path + "/escrow.lock";
+  lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0)
+    return {status::code::io_error, "cannot open " + lock_path + ": " + std::strerror(errno)};
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
+    return {status::code::io_error,
+            "data directory " + options.path + " is in use by another escrowd (" + lock_path +
+                " is locked); stop it or choose another --data-dir"};
+  return {};
+}
+
+// The opening transaction: every table (created when missing) and the schema version, written
+// into a new store, moved on in an older one it can read, refused otherwise.
+status store::impl::open_tables() {
   MDB_txn* txn = nullptr;
-  rc = mdb_txn_begin(env, nullptr, 0, &txn);
+  int rc = mdb_txn_begin(env, nullptr, 0, &txn);
   if (rc != 0) return from_lmdb(rc, "cannot begin the opening transaction");
   for (int i = 0; i < kTableCount; ++i) {
     rc = mdb_dbi_open(txn, table_name(static_cast<table>(i)), MDB_CREATE, &dbi[i]);
@@ -304,64 +332,53 @@ status store::impl::open_environment() {
       return from_lmdb(rc, std::string("cannot open table ") + table_name(static_cast<table>(i)));
     }
   }
+  status s = check_schema(txn);
+  if (!s.ok()) {
+    mdb_txn_abort(txn);
+    return s;
+  }
+  rc = mdb_txn_commit(txn);
+  return from_lmdb(rc, "cannot commit the opening transaction");
+}
+
+status store::impl::check_schema(MDB_txn* txn) {
   MDB_val key = as_val(kSchemaVersionKey), value;
-  rc = mdb_get(txn, dbi[static_cast<int>(table::meta)], &key, &value);
+  int rc = mdb_get(txn, dbi[static_cast<int>(table::meta)], &key, &value);
+  std::string current;
+  put_u32(current, kSchemaVersion);
+  MDB_val current_value = as_val(current);
   if (rc == MDB_NOTFOUND) {
-    MDB_stat st{};
+    MDB_stat st{}, queues_st{};
     mdb_stat(txn, dbi[static_cast<int>(table::messages)], &st);
-    MDB_stat queues_st{};
     mdb_stat(txn, dbi[static_cast<int>(table::queues)], &queues_st);
-    if (st.ms_entries != 0 || queues_st.ms_entries != 0) {
-      mdb_txn_abort(txn);
+    if (st.ms_entries != 0 || queues_st.ms_entries != 0)
       return {status::code::bad_schema,
               "the store in " + options.path + " holds data but no schema version; it was not "
               "written by escrowd. Move it away or choose another --data-dir"};
-    }
-    std::string v;
-    put_u32(v, kSchemaVersion);
-    MDB_val vv = as_val(v);
-    rc = mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &vv, 0);
-  } else if (rc == 0) {
-    std::string_view v = as_view(value);
-    std::uint32_t version = 0;
-    if (v.size() != 4) {
-      mdb_txn_abort(txn);
-      return corrupt_record(table::meta, kSchemaVersionKey,
-                            "the schema version is a u32 (4 bytes), found " + std::to_string(v.size()) + " bytes");
-    }
-    if (get_u32(v, version) && version >= kOldestSchemaVersion && version < kSchemaVersion) {
-      // Every record of the older version reads as it is: only the version moves on.
-      std::string upgraded;
-      put_u32(upgraded, kSchemaVersion);
-      MDB_val uv = as_val(upgraded);
-      rc = mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &uv, 0);
-      if (rc == 0)
-        spdlog::info("storage: the store in {} is upgraded from schema version {} to {}", options.path, version,
-                     kSchemaVersion);
-    } else if (version != kSchemaVersion) {
-      mdb_txn_abort(txn);
-      return {status::code::bad_schema,
-              "the store in " + options.path + " has schema version " + std::to_string(version) +
-                  " but this escrowd understands version " + std::to_string(kSchemaVersion) +
-                  "; run the escrowd release that wrote it"};
-    }
+    return from_lmdb(mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &current_value, 0),
+                     "cannot write the schema version");
   }
-  if (rc != 0) {
-    mdb_txn_abort(txn);
-    return from_lmdb(rc, "cannot read the schema version");
+  if (rc != 0) return from_lmdb(rc, "cannot read the schema version");
+  std::string_view v = as_view(value);
+  std::uint32_t version = 0;
+  if (v.size() != 4)
+    return corrupt_record(table::meta, kSchemaVersionKey,
+                          "the schema version is a u32 (4 bytes), found " + std::to_string(v.size()) + " bytes");
+  get_u32(v, version);
+  if (version >= kOldestSchemaVersion && version < kSchemaVersion) {
+    // Every record of the older version reads as it is: only the version moves on.
+    rc = mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &current_value, 0);
+    if (rc == 0)
+      spdlog::info("storage: the store in {} is upgraded from schema version {} to {}", options.path, version,
+                   kSchemaVersion);
+    return from_lmdb(rc, "cannot write the schema version");
   }
-  rc = mdb_txn_commit(txn);
-  if (rc != 0) return from_lmdb(rc, "cannot commit the opening transaction");
-  // A new data.mdb (and a new data directory) is durable only once the directory holding it is
-  // synced: LMDB syncs the file, not its entry. Before any receipt depends on it.
-  if (new_store) rc = sync_directory(options.path);
-  if (rc == 0 && new_directory) {
-    auto parent = std::filesystem::absolute(options.path, ec).parent_path();
-    rc = sync_directory(parent.string());
-  }
-  if (rc != 0) return from_lmdb(rc, "cannot sync the data directory " + options.path);
-  if (status s = replay_log(); !s.ok()) return s;
-  return start_log();
+  if (version != kSchemaVersion)
+    return {status::code::bad_schema,
+            "the store in " + options.path + " has schema version " + std::to_string(version) +
+                " but this escrowd understands version " + std::to_string(kSchemaVersion) +
+                "; run the escrowd release that wrote it"};
+  return {};
 }
 
 // Before LMDB opens: read the commit log, and when the store was not closed cleanly, so that LMDB's
