@@ -300,19 +300,19 @@ status commit_log::set_checkpoint(std::uint64_t checkpoint, std::string_view met
 
 std::size_t commit_log::max_payload() const { return capacity_ / 4 - kHeaderSize; }
 
-status commit_log::reserve(std::size_t payload_size, log_position& at, bool& behind) {
+status commit_log::reserve(std::size_t payload_size, log_slot& slot, bool& behind) {
   const std::uint64_t cap = capacity_;
   const std::uint64_t total = kHeaderSize + payload_size;
   std::uint64_t v = head_;
-  wrap_at_ = UINT64_MAX;
+  std::uint64_t wrap_at = UINT64_MAX;
   if (v % cap + total > cap) {
-    if (cap - v % cap >= kHeaderSize) wrap_at_ = v;
+    if (cap - v % cap >= kHeaderSize) wrap_at = v;
     v += cap - v % cap;
   }
-  // The first lap writes the ring for the first time: zero it ahead of the head, so that records
-  // overwrite written blocks (cheaper to sync than blocks the file system must allocate).
   behind = v + total > keep_from_ + cap;  // it would overwrite records after the checkpoint
   if (behind) return {};
+  // The first lap writes the ring for the first time: zero it ahead of the head, so that records
+  // overwrite written blocks (cheaper to sync than blocks the file system must allocate).
   std::uint64_t needed = v % cap + total;
   if (v < cap && needed > file_ring_) {
     std::uint64_t target = std::min(cap, (needed + kGrowStep - 1) / kGrowStep * kGrowStep);
@@ -326,16 +326,24 @@ status commit_log::reserve(std::size_t payload_size, log_position& at, bool& beh
       file_ring_ += n;
     }
   }
-  at = log_position{salt_, next_lsn_, v + total};
+  slot = log_slot{log_position{salt_, next_lsn_, v + total}, head_, wrap_at};
+  head_ = v + total;
+  ++next_lsn_;
   return {};
 }
 
-int commit_log::append(const log_position& at, std::string_view payload) {
+void commit_log::cancel(const log_slot& slot) {
+  head_ = slot.head_before;
+  next_lsn_ = slot.at.lsn;
+}
+
+int commit_log::write(const log_slot& slot, std::string_view payload) const {
   const std::uint64_t cap = capacity_;
+  const log_position& at = slot.at;
   const std::uint64_t start = at.end - kHeaderSize - payload.size();
-  if (wrap_at_ != UINT64_MAX) {
+  if (slot.wrap_at != UINT64_MAX) {
     std::string wrap = record_header(kWrapRecord, at.salt, at.lsn, {});
-    if (int rc = write_all(fd_, wrap, kRingStart + wrap_at_ % cap); rc != 0) return rc;
+    if (int rc = write_all(fd_, wrap, kRingStart + slot.wrap_at % cap); rc != 0) return rc;
   }
   std::string header = record_header(kGroupRecord, at.salt, at.lsn, payload);
   iovec parts[2] = {{header.data(), header.size()}, {const_cast<char*>(payload.data()), payload.size()}};
@@ -358,11 +366,14 @@ int commit_log::append(const log_position& at, std::string_view payload) {
       if (parts[index].iov_len == 0) ++index;
     }
   }
-  if (::fdatasync(fd_) != 0) return errno;
-  head_ = at.end;
-  next_lsn_ = at.lsn + 1;
-  wrap_at_ = UINT64_MAX;
   return 0;
+}
+
+int commit_log::sync() const { return ::fdatasync(fd_) == 0 ? 0 : errno; }
+
+int commit_log::append(const log_slot& slot, std::string_view payload) const {
+  int rc = write(slot, payload);
+  return rc != 0 ? rc : sync();
 }
 
 }  // namespace escrow::storage

@@ -141,9 +141,10 @@ struct store::impl {
   // writing: the record's place and its payload (the group's batches).
   std::unique_ptr<commit_log> log;
   std::uint64_t data_file_id = 0;  // data.mdb's inode: the log names the file it belongs to
-  log_position log_at;
+  log_slot log_at;
+  bool log_reserved = false;  // log_at is reserved and not yet handed to the writer or cancelled
   std::string log_payload;
-  bool log_record = false;    // false: the group is too large for the log (synced the old way)
+  bool log_record = false;    // false: the group is too large for the log (checkpointed at once)
   std::uint64_t last_txnid = 0;  // the committer's last commit
 
   // Checkpoints (docs/storage.md, "The commit log"). The data syncer thread syncs data.mdb and
@@ -169,8 +170,27 @@ struct store::impl {
   checkpoint_job checkpointed;  // the last checkpoint (its pin held)
   bool checkpoint_running = false;
   std::chrono::steady_clock::time_point last_checkpoint_at = std::chrono::steady_clock::now();
-  std::uint64_t last_record_end = 0;  // the virtual offset after the last record written
+  std::uint64_t last_record_end = 0;  // the virtual offset after the last record reserved
   std::uint32_t page_size = 4096;
+
+  // The log writer: writes and syncs the records of committed groups in commit order, then
+  // completes their batches. The committer writes a group's record itself when nothing else
+  // waits (no hand-over on a lone SEND's path) and hands it over when more groups wait, so that
+  // the next commit runs while this one's sync does. Guarded by writer_mutex.
+  struct durable_job {
+    std::vector<pending_batch> group;
+    bool record = false;  // a log record to write (else: completed as its results say)
+    log_slot slot;
+    std::string payload;
+  };
+  std::mutex writer_mutex;
+  std::condition_variable writer_changed;
+  std::deque<durable_job> to_write;
+  bool writer_busy = false;
+  bool writer_stopping = false;
+  bool writer_failed = false;  // the writer thread's own: a record's write or sync failed
+  std::thread writer;
+  std::mutex fault_mutex;  // the fault plan is consulted by the committer, the writer and the syncer
 
   // Sticky after a failed sync. Written by the committer only; atomic so that stats() and
   // writable() may read it from any thread.
@@ -223,6 +243,10 @@ struct store::impl {
   status apply_record(MDB_txn* txn, const log_position& at, std::string_view payload);
   void run_committer();
   void run_syncer();
+  void run_writer();
+  void hand_over(durable_job job, bool more_waiting);
+  void write_jobs(std::vector<durable_job>& jobs);
+  fault_plan::fault next_fault(fault_plan::point p);
   int data_sync(fault_plan::fault planned);
   bool start_checkpoint();
   int collect_checkpoint(bool wait);
@@ -231,7 +255,6 @@ struct store::impl {
   int release_pins_for_remap();
   void pin_latest();
   int seal(MDB_txn* txn, std::vector<pending_batch>& group);
-  int make_durable();
   void close_cleanly();
   void trim_resident_pages();
   void find_map();
@@ -244,7 +267,7 @@ struct store::impl {
   int write_group(std::vector<pending_batch>& group, std::uint64_t& applied);
   int commit(MDB_txn* txn);
   bool grow_map();
-  void fail_for_good(const status& why, std::vector<pending_batch>& group);
+  void fail_for_good(const status& why, std::vector<pending_batch>& group);  // results only
   void complete(std::vector<pending_batch>& done);
   void* map_base = nullptr;  // where LMDB mapped data.mdb, if found
   std::size_t map_length = 0;
@@ -664,7 +687,7 @@ int store::impl::apply_group(std::vector<pending_batch>& group, bool isolated, b
 // Applies and commits `group`: growing a full map and trying again, and applying batch by batch
 // when one of them fails. 0 when committed (each batch's result says whether it was applied);
 // otherwise the code that refused the whole group (a full map that cannot grow, a full disk, an
-// I/O error), with nothing of it applied. The commit does not sync: make_durable does.
+// I/O error), with nothing of it applied. The commit does not sync: the group's log record does.
 int store::impl::write_group(std::vector<pending_batch>& group, std::uint64_t& applied) {
   bool isolated = false, stop_on_full = true;
   for (;;) {
@@ -680,6 +703,8 @@ int store::impl::write_group(std::vector<pending_batch>& group, std::uint64_t& a
       mdb_txn_abort(txn);
     }
     if (rc == 0) return 0;
+    if (log_reserved) log->cancel(log_at);  // no gap in the log's sequence
+    log_reserved = false;
     if (rc == MDB_MAP_FULL && stop_on_full) {
       if (release_pins_for_remap() == 0 && grow_map()) {
         pin_latest();
@@ -704,7 +729,7 @@ int store::impl::write_group(std::vector<pending_batch>& group, std::uint64_t& a
 // Before the commit: the group's record (its applied batches) gets its place in the commit log,
 // and LMDB's log position names it in the same transaction. A record that would overwrite one the
 // last checkpoint still needs waits for a checkpoint first. A group whose record would not fit
-// in the log is committed without a record (make_durable checkpoints it at once).
+// in the log is committed without a record (the committer checkpoints it at once).
 int store::impl::seal(MDB_txn* txn, std::vector<pending_batch>& group) {
   std::size_t count = 0, size = 0;
   for (auto& p : group)
@@ -726,11 +751,13 @@ int store::impl::seal(MDB_txn* txn, std::vector<pending_batch>& group) {
       spdlog::error("storage: {}", s.message());
       return s.which() == status::code::store_full ? ENOSPC : EIO;
     }
+    log_reserved = !behind;
     if (!behind) break;
     if (attempt > 0) return EIO;  // cannot happen: a checkpoint of the last commit frees the log
     if (checkpoint_now() != 0) return kCheckpointFailed;
   }
-  std::string position = log_at.encode();
+  last_record_end = log_at.at.end;
+  std::string position = log_at.at.encode();
   MDB_val key = as_val(kLogPositionKey), value = as_val(position);
   return mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &value, 0);
 }
@@ -739,7 +766,7 @@ int store::impl::seal(MDB_txn* txn, std::vector<pending_batch>& group) {
 // environment runs with MDB_NOSYNC: the commit writes its pages and its meta page, unsynced.
 int store::impl::commit(MDB_txn* txn) {
 #ifdef ESCROW_FAULT_INJECTION
-  switch (faults.next(fault_plan::point::commit)) {
+  switch (next_fault(fault_plan::point::commit)) {
     case fault_plan::fault::map_full: mdb_txn_abort(txn); return kInjectedFull;
     case fault_plan::fault::enospc: mdb_txn_abort(txn); return ENOSPC;
     case fault_plan::fault::eio: {
@@ -753,26 +780,82 @@ int store::impl::commit(MDB_txn* txn) {
   return mdb_txn_commit(txn);
 }
 
-// After the commit: the group's record is written to the commit log and synced (the "sync" fault
-// point); that sync makes the group durable. A group too large for the log is made durable by a
-// checkpoint of its commit instead (data.mdb synced). 0 or the errno of the failed write.
-int store::impl::make_durable() {
-  fault_plan::fault planned = fault_plan::fault::none;
-#ifdef ESCROW_FAULT_INJECTION
-  planned = faults.next(fault_plan::point::sync);
-  if (planned == fault_plan::fault::kill) raise(SIGKILL);
-  if (planned == fault_plan::fault::map_full || planned == fault_plan::fault::enospc) return ENOSPC;
-#endif
-  auto started = std::chrono::steady_clock::now();
-  int rc = 0;
-  if (log_record) {
-    rc = log->append(log_at, log_payload);
-    if (rc == 0) last_record_end = log_at.end;
-  } else {
-    rc = checkpoint_now() == 0 ? 0 : kCheckpointFailed;
+fault_plan::fault store::impl::next_fault(fault_plan::point p) {
+  std::lock_guard lock(fault_mutex);
+  return faults.next(p);
+}
+
+// After a group: its record (or, for a group with nothing to write, its results) goes to the log
+// writer, or is written here when nothing else waits and the writer is idle.
+void store::impl::hand_over(durable_job job, bool more_waiting) {
+  {
+    std::lock_guard lock(writer_mutex);
+    if (more_waiting || writer_busy || !to_write.empty()) {
+      to_write.push_back(std::move(job));
+      writer_changed.notify_all();
+      return;
+    }
+    writer_busy = true;
   }
-  observe_fsync(std::chrono::steady_clock::now() - started);
-  return rc == 0 && planned == fault_plan::fault::eio ? EIO : rc;
+  std::vector<durable_job> jobs;
+  jobs.push_back(std::move(job));
+  write_jobs(jobs);
+  std::lock_guard lock(writer_mutex);
+  writer_busy = false;
+  writer_changed.notify_all();
+}
+
+// Writes the records of `jobs`, syncs the log once (the "sync" fault point), then completes every
+// batch of them in order. A failed write or sync fails them and every later write (fsyncgate).
+void store::impl::write_jobs(std::vector<durable_job>& jobs) {
+  bool any_record = false;
+  for (auto& j : jobs) any_record = any_record || j.record;
+  int rc = writer_failed ? EIO : 0;
+  if (any_record && rc == 0) {
+    fault_plan::fault planned = fault_plan::fault::none;
+#ifdef ESCROW_FAULT_INJECTION
+    planned = next_fault(fault_plan::point::sync);
+    if (planned == fault_plan::fault::kill) raise(SIGKILL);
+    if (planned == fault_plan::fault::map_full || planned == fault_plan::fault::enospc) rc = ENOSPC;
+#endif
+    auto started = std::chrono::steady_clock::now();
+    for (auto& j : jobs)
+      if (rc == 0 && j.record) rc = log->write(j.slot, j.payload);
+    if (rc == 0) rc = log->sync();
+    observe_fsync(std::chrono::steady_clock::now() - started);
+    if (rc == 0 && planned == fault_plan::fault::eio) rc = EIO;
+    if (rc != 0 && !writer_failed) {
+      writer_failed = true;
+      failed = true;
+      spdlog::critical("storage: the commit log write failed: {}; the store refuses every write until escrowd "
+                       "restarts (docs/storage.md, \"When a write fails\")", mdb_strerror(rc));
+    }
+  }
+  status lost(status::code::failed, from_lmdb(rc, "commit log write failed").message() +
+                                        "; whether this write reached the disk is unknown (it may be there after a "
+                                        "restart); the store refuses every write until escrowd restarts");
+  for (auto& j : jobs) {
+    if (rc != 0 && j.record)
+      for (auto& p : j.group)
+        if (!p.work.empty()) p.result = lost;
+    complete(j.group);
+  }
+}
+
+void store::impl::run_writer() {
+  std::unique_lock lock(writer_mutex);
+  for (;;) {
+    writer_changed.wait(lock, [&] { return writer_stopping || (!to_write.empty() && !writer_busy); });
+    if (to_write.empty()) return;  // stopping, everything written
+    std::vector<durable_job> jobs(std::make_move_iterator(to_write.begin()), std::make_move_iterator(to_write.end()));
+    to_write.clear();
+    writer_busy = true;
+    lock.unlock();
+    write_jobs(jobs);
+    lock.lock();
+    writer_busy = false;
+    writer_changed.notify_all();
+  }
 }
 
 // A read transaction on LMDB's latest commit: the pin of a checkpoint of that commit.
@@ -802,7 +885,7 @@ bool store::impl::start_checkpoint() {
   if (!capture_lmdb_meta(fd, page_size, last_txnid, job.meta).ok()) return false;
   if (mdb_txn_begin(env, nullptr, MDB_RDONLY, &job.pin) != 0) return false;
 #ifdef ESCROW_FAULT_INJECTION
-  job.planned = faults.next(fault_plan::point::data_sync);
+  job.planned = next_fault(fault_plan::point::data_sync);
 #endif
   {
     std::lock_guard lock(sync_mutex);
@@ -927,7 +1010,8 @@ bool store::impl::grow_map() {
 
 // After a failed write or sync what is on disk is unknown, and a retried fsync may report success
 // for pages the kernel already dropped ("fsyncgate"): this group and every later write fail, and
-// the store stays failed until escrowd restarts and reads what is on disk (and in the log).
+// the store stays failed until escrowd restarts and reads what is on disk (and in the log). Sets
+// the results; the group is completed in its turn.
 void store::impl::fail_for_good(const status& why, std::vector<pending_batch>& group) {
   failed = true;
   status s(status::code::failed, why.message() + "; whether this write reached the disk is unknown (it may be "
@@ -937,7 +1021,6 @@ void store::impl::fail_for_good(const status& why, std::vector<pending_batch>& g
                    s.message(), group.size());
   for (auto& p : group)
     if (!p.work.empty()) p.result = s;
-  complete(group);
 }
 
 void store::impl::complete(std::vector<pending_batch>& done) {
@@ -980,7 +1063,7 @@ void store::impl::run_committer() {
     }
     bool any_writes = false;
     for (auto& p : group) any_writes = any_writes || !p.work.empty();
-
+    durable_job job;
     if (failed) {
       for (auto& p : group)
         if (!p.work.empty())
@@ -988,8 +1071,8 @@ void store::impl::run_committer() {
     } else if (any_writes) {
       std::uint64_t applied = 0;
       int rc = write_group(group, applied);
-      if (rc == 0) rc = make_durable();
-      else if (rc == ENOSPC || rc == EDQUOT || rc == MDB_MAP_FULL) {
+      if (rc == 0 && !log_record) rc = checkpoint_now() == 0 ? 0 : kCheckpointFailed;  // too large for the log
+      if (rc == ENOSPC || rc == EDQUOT || rc == MDB_MAP_FULL) {
         // A full map, or a full disk met before anything was written: nothing of the group is on
         // disk and the environment is intact, so each batch is refused as store_full and writes
         // go on.
@@ -998,25 +1081,35 @@ void store::impl::run_committer() {
         refusing = true;
         for (auto& p : group)
           if (!p.work.empty()) p.result = s;
-        complete(group);
-        continue;
-      }
-      if (rc != 0) {
+      } else if (rc != 0) {
         fail_for_good(rc == kCheckpointFailed
                           ? status(status::code::io_error, "a checkpoint (the sync of data.mdb) failed")
                           : from_lmdb(rc, "storage write failed"),
                       group);
-        continue;
-      }
-      commits.fetch_add(1, std::memory_order_relaxed);
-      batches.fetch_add(applied, std::memory_order_relaxed);
-      observe_group(applied);
-      if (refusing && applied > 0) {
-        refusing = false;
-        spdlog::warn("storage: writes are stored again");
+      } else {
+        commits.fetch_add(1, std::memory_order_relaxed);
+        batches.fetch_add(applied, std::memory_order_relaxed);
+        observe_group(applied);
+        if (refusing && applied > 0) {
+          refusing = false;
+          spdlog::warn("storage: writes are stored again");
+        }
+        job.record = log_record;
+        if (log_record) {
+          job.slot = log_at;
+          job.payload = std::move(log_payload);
+          log_reserved = false;
+        }
       }
     }
-    complete(group);
+    job.group = std::move(group);
+    group.clear();
+    bool more_waiting;
+    {
+      std::lock_guard lock(mutex);
+      more_waiting = !waiting.empty();
+    }
+    hand_over(std::move(job), more_waiting);
     if (!failed) maybe_checkpoint();
     trim_resident_pages();
   }
@@ -1096,6 +1189,7 @@ status store::open(const store_options& options, std::unique_ptr<store>& out) {
   if (status s = p->open_environment(); !s.ok()) return s;
   impl* raw = p.get();
   raw->syncer = std::thread([raw] { raw->run_syncer(); });
+  raw->writer = std::thread([raw] { raw->run_writer(); });
   raw->committer = std::thread([raw] { raw->run_committer(); });
   out.reset(new store(std::move(p)));
   return {};
@@ -1109,6 +1203,12 @@ store::~store() {
   }
   impl_->wake.notify_one();
   if (impl_->committer.joinable()) impl_->committer.join();
+  {
+    std::lock_guard lock(impl_->writer_mutex);
+    impl_->writer_stopping = true;
+  }
+  impl_->writer_changed.notify_all();
+  if (impl_->writer.joinable()) impl_->writer.join();
   impl_->close_cleanly();
 }
 

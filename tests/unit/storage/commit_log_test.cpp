@@ -46,12 +46,12 @@ std::unique_ptr<commit_log> new_log(const std::string& dir) {
 }
 
 log_position append(commit_log& log, const std::string& payload) {
-  log_position at;
+  log_slot slot;
   bool behind = true;
-  REQUIRE(log.reserve(payload.size(), at, behind).ok());
+  REQUIRE(log.reserve(payload.size(), slot, behind).ok());
   REQUIRE_FALSE(behind);
-  REQUIRE(log.append(at, payload) == 0);
-  return at;
+  REQUIRE(log.append(slot, payload) == 0);
+  return slot.at;
 }
 
 std::vector<std::string> read_all(const std::string& dir, log_position from = {}) {
@@ -205,6 +205,20 @@ TEST_SUITE("storage/commit_log") {
     CHECK(std::filesystem::file_size(dir.path() + "/log") <= 8192 + kRing);
   }
 
+  TEST_CASE("a cancelled place leaves no gap: the next record takes its lsn") {
+    temp_dir dir;
+    auto log = new_log(dir.path());
+    append(*log, payload_of(0));
+    log_slot cancelled;
+    bool behind = false;
+    REQUIRE(log->reserve(100, cancelled, behind).ok());
+    log->cancel(cancelled);
+    log_position next = append(*log, payload_of(1));
+    CHECK(next.lsn == cancelled.at.lsn);
+    log.reset();
+    CHECK(read_all(dir.path()) == std::vector<std::string>{payload_of(0), payload_of(1)});
+  }
+
   TEST_CASE("a record larger than a quarter of the ring has no place in it") {
     temp_dir dir;
     auto log = new_log(dir.path());
@@ -217,18 +231,18 @@ TEST_SUITE("storage/commit_log") {
     const std::size_t size = 3u << 20;
     int written = 0;
     for (;; ++written) {
-      log_position at;
+      log_slot slot;
       bool behind = false;
-      REQUIRE(log->reserve(size, at, behind).ok());
+      REQUIRE(log->reserve(size, slot, behind).ok());
       if (behind) break;
-      REQUIRE(log->append(at, payload_of(written, size)) == 0);
+      REQUIRE(log->append(slot, payload_of(written, size)) == 0);
       REQUIRE(written < 10);
     }
     CHECK(written == 5);  // one lap of the 16 MiB ring, no checkpoint since the first record
     log->keep_from(log->since_checkpoint());  // a checkpoint of everything written
-    log_position at;
+    log_slot slot;
     bool behind = true;
-    REQUIRE(log->reserve(size, at, behind).ok());
+    REQUIRE(log->reserve(size, slot, behind).ok());
     CHECK_FALSE(behind);
   }
 

@@ -17,7 +17,8 @@
 // A record belongs to the log only if it follows the one before it: the generation's salt, the
 // next sequence number (lsn) and a good checksum. The first record that does not (cut short by a
 // crash, a bad checksum, an older record of the ring) ends the log. Threads: the store's committer
-// (or its opening code) calls everything but set_checkpoint, which its data syncer calls.
+// (or its opening code) reserves places; its log writer writes and syncs records in the order they
+// were reserved (write and sync touch nothing else); its data syncer calls set_checkpoint.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +43,14 @@ struct log_position {
   std::uint64_t end = 0;   // the virtual offset just after the record
   std::string encode() const;
   static bool decode(std::string_view bytes, log_position& out);
+};
+
+// A record's reserved place: its position, where the ring's head was before it, and where a wrap
+// record goes when it starts the next lap.
+struct log_slot {
+  log_position at;
+  std::uint64_t head_before = 0;
+  std::uint64_t wrap_at = UINT64_MAX;
 };
 
 class commit_log {
@@ -89,13 +98,18 @@ class commit_log {
   // The largest payload a record may carry: a quarter of the ring, so that the records a restart
   // may need (the last two) are never overwritten by the next one.
   std::size_t max_payload() const;
-  // Where the next record, of `payload_size` bytes, will go (its lsn and end), growing the file
-  // when the ring is not yet all written. store_full when the file cannot grow; nothing written.
-  // `behind` is set when the record would overwrite one the checkpoint still needs: checkpoint
-  // first, then reserve again.
-  status reserve(std::size_t payload_size, log_position& at, bool& behind);
-  // Writes the record reserved at `at` and syncs the log (fdatasync). 0 or an errno.
-  int append(const log_position& at, std::string_view payload);
+  // Reserves the next record's place, of `payload_size` bytes (its lsn and end), growing the file
+  // when the ring is not yet all written. store_full when the file cannot grow; nothing reserved.
+  // `behind` (nothing reserved) when the record would overwrite one the checkpoint still needs:
+  // checkpoint first, then reserve again. A place must be written, or cancelled before the next
+  // is reserved: the log ends at the first lsn missing.
+  status reserve(std::size_t payload_size, log_slot& slot, bool& behind);
+  void cancel(const log_slot& slot);
+  // Writes the record into its place (not synced); then sync() makes every record written so far
+  // durable (fdatasync). 0 or an errno. append: both.
+  int write(const log_slot& slot, std::string_view payload) const;
+  int sync() const;
+  int append(const log_slot& slot, std::string_view payload) const;
 
  private:
   commit_log() = default;
@@ -112,7 +126,6 @@ class commit_log {
   std::uint64_t head_ = 0;       // virtual offset of the next record
   std::uint64_t next_lsn_ = 1;
   std::uint64_t file_ring_ = 0;  // bytes of the ring the file holds (it grows up to capacity)
-  std::uint64_t wrap_at_ = UINT64_MAX;  // reserve(): where a wrap record goes, if any
 };
 
 }  // namespace escrow::storage

@@ -2,9 +2,9 @@
 // the atomic write unit (a batch) and the single committer thread that groups batches into one
 // LMDB write transaction (group commit).
 //
-// Threads: submit() and the read calls are safe from any thread. Completions run on the committer
-// thread, in submission order, and only after the batch is durable: its group's record synced in
-// the commit log, LMDB's commit of it written beside (see run_committer in store.cpp, and
+// Threads: submit() and the read calls are safe from any thread. Completions run on the store's
+// committer or log writer thread, one at a time, in submission order, and only after the batch is
+// durable: its group's record synced in the commit log (see run_committer in store.cpp, and
 // docs/storage.md, "The commit log"). A completion must not block; post the result to where it
 // belongs.
 //
