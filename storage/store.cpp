@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <shared_mutex>  // std::shared_lock
 #include <span>
 #include <thread>
@@ -237,7 +238,12 @@ struct store::impl {
   status lock_directory();
   status open_tables();
   status check_schema(MDB_txn* txn);
+  status give_store_id(MDB_txn* txn);
+  std::uint64_t store_id = 0;
   status recover_before_open(bool new_store);
+  status alone_on_lock_file();
+  status check_identity();
+  bool restored = false;  // recover_before_open set LMDB back to the checkpoint
   status replay_log();
   status start_log();
   status apply_record(MDB_txn* txn, const log_position& at, std::string_view payload);
@@ -253,7 +259,7 @@ struct store::impl {
   int checkpoint_now();
   void maybe_checkpoint();
   int release_pins_for_remap();
-  void pin_latest();
+  bool pin_latest();
   int seal(MDB_txn* txn, std::vector<pending_batch>& group);
   void close_cleanly();
   void trim_resident_pages();
@@ -305,6 +311,7 @@ status store::impl::open_environment() {
     rc = sync_directory(std::filesystem::absolute(options.path, ec).parent_path().string());
   }
   if (rc != 0) return from_lmdb(rc, "cannot sync the data directory " + options.path);
+  if (status s = check_identity(); !s.ok()) return s;
   if (status s = replay_log(); !s.ok()) return s;
   return start_log();
 }
@@ -342,6 +349,31 @@ status store::impl::lock_directory() {
   return {};
 }
 
+// The store's id (meta "store-id", random, written at creation) against the one its commit log
+// names: a data.mdb copied over the live one keeps its inode but not its id. Its log is then not
+// replayed; if it was already set back to the log's checkpoint, escrowd refuses to start.
+status store::impl::check_identity() {
+  read_txn r(env);
+  if (r.rc != 0) return from_lmdb(r.rc, "cannot begin a read");
+  MDB_val key = as_val(kStoreIdKey), value;
+  int rc = mdb_get(r.txn, dbi[static_cast<int>(table::meta)], &key, &value);
+  std::string_view id_bytes = rc == 0 ? as_view(value) : std::string_view{};
+  std::uint64_t id = 0;
+  if (rc == 0 && !get_u64(id_bytes, id)) return corrupt_record(table::meta, kStoreIdKey, "the store id is a u64 (8 bytes)");
+  if (rc != 0 && rc != MDB_NOTFOUND) return from_lmdb(rc, "cannot read the store id");
+  store_id = id;
+  if (!log || !log->found() || log->current().store_id == id) return {};
+  if (restored)
+    return {status::code::corrupt,
+            "data.mdb in " + options.path + " is not the store its commit log belongs to (a copy put over the live "
+            "file?), and it was set back to that log's checkpoint; restore the copy again, into an empty "
+            "directory (docs/operations.md, \"Restore\")"};
+  spdlog::warn("storage: the commit log of {} belongs to another store (was data.mdb copied over?); it is not "
+               "replayed and starts anew", options.path);
+  log.reset();
+  return {};
+}
+
 // The opening transaction: every table (created when missing) and the schema version, written
 // into a new store, moved on in an older one it can read, refused otherwise.
 status store::impl::open_tables() {
@@ -356,12 +388,27 @@ status store::impl::open_tables() {
     }
   }
   status s = check_schema(txn);
+  if (s.ok()) s = give_store_id(txn);
   if (!s.ok()) {
     mdb_txn_abort(txn);
     return s;
   }
   rc = mdb_txn_commit(txn);
   return from_lmdb(rc, "cannot commit the opening transaction");
+}
+
+// A store without an id (new, or written before ids) gets a random one.
+status store::impl::give_store_id(MDB_txn* txn) {
+  MDB_val key = as_val(kStoreIdKey), value;
+  int rc = mdb_get(txn, dbi[static_cast<int>(table::meta)], &key, &value);
+  if (rc != MDB_NOTFOUND) return from_lmdb(rc, "cannot read the store id");
+  std::random_device device;
+  std::uint64_t id = 0;
+  while (id == 0) id = (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  std::string v;
+  put_u64(v, id);
+  MDB_val vv = as_val(v);
+  return from_lmdb(mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &vv, 0), "cannot write the store id");
 }
 
 status store::impl::check_schema(MDB_txn* txn) {
@@ -415,20 +462,48 @@ status store::impl::recover_before_open(bool new_store) {
   std::string data_file = options.path + "/data.mdb";
   struct stat st {};
   if (::stat(data_file.c_str(), &st) == 0) data_file_id = static_cast<std::uint64_t>(st.st_ino);
-  if (new_store || !log->found()) return {};
+  if (!log->found()) return {};
   commit_log::control control = log->current();
-  if (control.data_file != data_file_id) {
-    spdlog::warn("storage: the commit log of {} belongs to another data.mdb (was data.mdb restored from a "
-                 "backup?); it is not replayed and starts anew", options.path);
+  lmdb_metas metas;
+  if (!new_store) {
+    if (status s = read_lmdb_metas(data_file, metas); !s.ok()) return s;
+  }
+  // A log beside a new data.mdb, beside another file, or beside one older than its checkpoint (a
+  // copy put in its place) is not this store's: it starts anew, nothing of it is replayed.
+  if (new_store || control.data_file != data_file_id || metas.latest_txnid < control.checkpoint) {
+    spdlog::warn("storage: the commit log of {} does not belong to its data.mdb (a new store beside an old log, "
+                 "or a data.mdb restored from a backup?); it is not replayed and starts anew", options.path);
     log.reset();  // start_log opens it again and starts a new generation over it
     return {};
   }
-  lmdb_metas metas;
-  if (status s = read_lmdb_metas(data_file, metas); !s.ok()) return s;
-  if (metas.latest_txnid <= control.checkpoint) return {};
+  if (metas.latest_txnid == control.checkpoint) return {};
+  // LMDB must not be open in another process meanwhile (escrow check, mdb_stat): LMDB's first
+  // opener takes the transaction id from the meta pages; a later one would keep the old one.
+  if (status s = alone_on_lock_file(); !s.ok()) return s;
   spdlog::warn("storage: {} was not closed cleanly; LMDB's commits after its last checkpoint ({} to {}) are "
                "set aside and the commit log replayed", options.path, control.checkpoint + 1, metas.latest_txnid);
+  restored = true;
   return restore_lmdb_meta(data_file, control.checkpoint_meta);
+}
+
+// Whether this process could be LMDB's first opener of the store: no other holds lock.mdb (LMDB
+// keeps a read lock on its first byte while the environment is open, and tests for exclusivity
+// with a write lock there).
+status store::impl::alone_on_lock_file() {
+  std::string path = options.path + "/lock.mdb";
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return {};  // no lock file: no one has it open
+  struct flock probe {};
+  probe.l_type = F_WRLCK;
+  probe.l_whence = SEEK_SET;
+  probe.l_start = 0;
+  probe.l_len = 1;
+  bool alone = ::fcntl(fd, F_SETLK, &probe) == 0;
+  ::close(fd);  // releases the probe
+  if (alone) return {};
+  return {status::code::io_error,
+          "another process has the store in " + options.path + " open (an escrow check, mdb_stat or mdb_dump?); "
+          "escrowd must be alone while it recovers the store after a crash: stop it and start escrowd again"};
 }
 
 // Applies one commit log record (a group's batches) to the replay's transaction.
@@ -522,12 +597,12 @@ status store::impl::start_log() {
   mdb_env_get_fd(env, &fd);
   checkpointed.txnid = last_txnid;
   if (status s = capture_lmdb_meta(fd, page_size, last_txnid, checkpointed.meta); !s.ok()) return s;
-  if (status s = log->start_generation(last_txnid, checkpointed.meta, data_file_id, options.log_size); !s.ok())
+  if (status s = log->start_generation(last_txnid, checkpointed.meta, data_file_id, store_id, options.log_size);
+      !s.ok())
     return s;
   rc = mdb_env_set_flags(env, MDB_NOSYNC, 1);
   if (rc != 0) return from_lmdb(rc, "cannot set the store's flags");
-  pin_latest();
-  return checkpointed.pin ? status{} : status{status::code::io_error, "cannot begin the checkpoint's read transaction"};
+  return pin_latest() ? status{} : status{status::code::io_error, "cannot begin the checkpoint's read transaction"};
 }
 
 // What send_room() answers from: the pages the tables use (each table's branch, leaf and
@@ -706,11 +781,10 @@ int store::impl::write_group(std::vector<pending_batch>& group, std::uint64_t& a
     if (log_reserved) log->cancel(log_at);  // no gap in the log's sequence
     log_reserved = false;
     if (rc == MDB_MAP_FULL && stop_on_full) {
-      if (release_pins_for_remap() == 0 && grow_map()) {
-        pin_latest();
-        continue;
-      }
-      pin_latest();
+      if (release_pins_for_remap() != 0) return kCheckpointFailed;
+      bool grown = grow_map();
+      if (!pin_latest()) return kCheckpointFailed;
+      if (grown) continue;
       stop_on_full = false;  // cannot grow: refuse what does not fit, batch by batch
       isolated = true;
       continue;
@@ -858,25 +932,30 @@ void store::impl::run_writer() {
   }
 }
 
-// A read transaction on LMDB's latest commit: the pin of a checkpoint of that commit.
-void store::impl::pin_latest() {
-  if (checkpointed.pin) return;
-  if (mdb_txn_begin(env, nullptr, MDB_RDONLY, &checkpointed.pin) != 0) checkpointed.pin = nullptr;
+// A read transaction on LMDB's latest commit, which must be the checkpoint's: the pin of that
+// commit. False when LMDB refuses one (then nothing more may be committed: the checkpoint's pages
+// would not be protected).
+bool store::impl::pin_latest() {
+  if (checkpointed.pin) return true;
+  if (mdb_txn_begin(env, nullptr, MDB_RDONLY, &checkpointed.pin) == 0) return true;
+  checkpointed.pin = nullptr;
+  spdlog::critical("storage: cannot begin the read transaction that holds the checkpoint of {}", options.path);
+  return false;
 }
 
 // Growing the map needs no transaction open: checkpoint the latest commit, so that no earlier
-// one is needed, and let its pin go (pin_latest takes it again once the map has grown).
+// one is needed, and only then let its pin go (pin_latest takes it again once the map has grown).
 int store::impl::release_pins_for_remap() {
-  int rc = checkpoint_now();
+  if (int rc = checkpoint_now(); rc != 0) return rc;
   if (checkpointed.pin) mdb_txn_abort(checkpointed.pin);
   checkpointed.pin = nullptr;
-  return rc;
+  return 0;
 }
 
 // Hands the last commit to the data syncer, with its meta page and a pin on its pages. False when
 // one is already under way or nothing is new since the last checkpoint.
 bool store::impl::start_checkpoint() {
-  if (checkpoint_running || last_txnid <= checkpointed.txnid) return false;
+  if (failed || checkpoint_running || last_txnid <= checkpointed.txnid) return false;
   checkpoint_job job;
   job.txnid = last_txnid;
   job.log_end = last_record_end;
@@ -900,7 +979,10 @@ bool store::impl::start_checkpoint() {
 // log's records before its commit may be overwritten. 0, or the errno of its failed sync (the
 // store then stops taking writes).
 int store::impl::collect_checkpoint(bool wait) {
-  if (!checkpoint_running) return 0;
+  if (!checkpoint_running) {
+    std::lock_guard lock(sync_mutex);
+    return sync_error;  // sticky: a checkpoint that failed stays failed
+  }
   std::optional<checkpoint_job> done;
   int error = 0;
   {
@@ -933,6 +1015,7 @@ int store::impl::checkpoint_now() {
 // After a group, and when idle: collect a finished checkpoint; start the next one when the last
 // is storage.checkpoint-interval-ms old, or a quarter of the log has been written since.
 void store::impl::maybe_checkpoint() {
+  if (failed) return;
   if (collect_checkpoint(false) != 0) {
     failed = true;
     return;
@@ -971,8 +1054,11 @@ void store::impl::run_syncer() {
     if (!requested) return;  // stopping, nothing asked
     checkpoint_job job = std::move(*requested);
     requested.reset();
+    // After a failed sync, a later fdatasync may report success for pages the kernel dropped
+    // ("fsyncgate"): no checkpoint is made or recorded again until escrowd restarts.
+    int rc = sync_error;
     lock.unlock();
-    int rc = data_sync(job.planned);
+    if (rc == 0) rc = data_sync(job.planned);
     if (rc == 0 && !log->set_checkpoint(job.txnid, job.meta).ok()) rc = EIO;
     lock.lock();
     if (rc != 0 && sync_error == 0) {
@@ -1044,7 +1130,7 @@ void store::impl::run_committer() {
       // Idle with commits not yet checkpointed: a checkpoint within the interval all the same, so
       // that a restart has little to replay.
       while (!stopping && waiting.empty()) {
-        if (last_txnid > checkpointed.txnid || checkpoint_running) {
+        if (!failed && (last_txnid > checkpointed.txnid || checkpoint_running)) {
           if (!wake.wait_for(lock, std::chrono::milliseconds(options.checkpoint_interval_ms),
                              [&] { return stopping || !waiting.empty(); })) {
             lock.unlock();

@@ -62,6 +62,7 @@ class commit_log {
     std::uint64_t checkpoint = 0;  // the LMDB commit durable in data.mdb: what start-up goes back to
     std::string checkpoint_meta;   // that commit's meta page, as LMDB wrote it (lmdb_meta.h)
     std::uint64_t data_file = 0;   // the inode of the data.mdb this log belongs to
+    std::uint64_t store_id = 0;    // and that store's id (meta "store-id")
     std::uint64_t first_lsn = 1;   // the generation's first record
     std::uint64_t capacity = 0;    // bytes of the ring
   };
@@ -86,7 +87,7 @@ class commit_log {
   // Starts a new, empty generation (a new salt) of a ring of `capacity` bytes, creating the file
   // if needed, with LMDB's commit `checkpoint` (meta page `meta`) durable. Synced before it returns.
   status start_generation(std::uint64_t checkpoint, std::string_view meta, std::uint64_t data_file,
-                          std::uint64_t capacity);
+                          std::uint64_t store_id, std::uint64_t capacity);
   // Records that LMDB's commit `checkpoint` (meta page `meta`) is durable in data.mdb; the
   // generation goes on. Synced before it returns. The only call another thread may make meanwhile.
   status set_checkpoint(std::uint64_t checkpoint, std::string_view meta);
@@ -115,7 +116,9 @@ class commit_log {
   commit_log() = default;
   status write_control(const control& next);  // with control_mutex_ held
   std::string path_;
-  int fd_ = -1;
+  int fd_ = -1;          // records: written and synced by the log writer
+  int control_fd_ = -1;  // the same file opened again for the control blocks, so that a failed
+                         // write-back is reported to each (Linux reports it once per open file)
   bool found_ = false;
   mutable std::mutex control_mutex_;  // control_ and control_slot_ (set_checkpoint's thread)
   control control_;
