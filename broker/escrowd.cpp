@@ -7,10 +7,10 @@
 #include <iostream>
 #include <string>
 
-#include "config.h"
-#include "password_hash.h"
-#include "password_prompt.h"
-#include "server.h"
+#include "escrow/broker/config/config.h"
+#include "escrow/broker/security/password_hash.h"
+#include "escrow/broker/security/password_prompt.h"
+#include "escrow/broker/net/server.h"
 
 namespace {
 

@@ -3,8 +3,8 @@
 #include <iostream>
 
 #include "commands.h"
-#include "config.h"
-#include "security.h"
+#include "escrow/broker/config/config.h"
+#include "escrow/broker/config/users_file.h"
 #include "exit_codes.h"
 
 namespace escrow::cli {

@@ -4,8 +4,8 @@
 
 #include "commands.h"
 #include "exit_codes.h"
-#include "password_hash.h"
-#include "password_prompt.h"
+#include "escrow/broker/security/password_hash.h"
+#include "escrow/broker/security/password_prompt.h"
 
 namespace escrow::cli {
 

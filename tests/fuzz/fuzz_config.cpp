@@ -1,5 +1,5 @@
-// Fuzz target: the TOML configuration reader (broker/config.cpp, load_config_text) and the address
-// settings it yields (broker/address_settings.cpp). The input is the text of a configuration file.
+// Fuzz target: the TOML configuration reader (broker/config/config.cpp, load_config_text) and the address
+// settings it yields (broker/config/address_settings.cpp). The input is the text of a configuration file.
 // Properties checked:
 //  - a refused file gets an error that names the file ("fuzz.toml:LINE: ...");
 //  - an accepted file holds only values the reference allows (docs/configuration.md): limits at
@@ -14,8 +14,8 @@
 #include <string_view>
 
 #include "check.h"
-#include "config.h"
-#include "http_access.h"
+#include "escrow/broker/config/config.h"
+#include "escrow/broker/security/http_access.h"
 
 using escrow::broker::broker_config;
 

@@ -291,11 +291,11 @@ def test_move_and_purge_answered_survive_sigkill(broker, stomp_client):
 
 
 # --------------------------------------------------------------------------------------------
-# Purge and move of large queues: in slices (broker/admin_messages.cpp), other connections served
+# Purge and move of large queues: in slices (broker/core/sweeps.cpp), other connections served
 # between them, a refused slice stopping the operation with nothing of it lost
 # --------------------------------------------------------------------------------------------
 
-SLICE = 1000  # kSweepSlice in broker/admin_messages.cpp: stored entries per slice
+SLICE = 1000  # kSweepSlice in broker/core/sweeps.cpp: stored entries per slice
 
 
 def test_purge_and_move_of_a_large_queue_account_for_every_message_after_sigkill(broker, stomp_client):

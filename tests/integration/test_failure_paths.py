@@ -74,7 +74,7 @@ def expect_error(client, rid, *needles):
 
 
 def admin(client, command, **headers):
-    """An ADMIN frame (broker/admin.cpp) answered with admin-status ok; returns its JSON body."""
+    """An ADMIN frame (broker/admin/admin.cpp) answered with admin-status ok; returns its JSON body."""
     rid = client.new_receipt()
     hdrs = {"admin-command": command, "receipt": rid}
     hdrs.update({k.replace("_", "-"): str(v) for k, v in headers.items()})

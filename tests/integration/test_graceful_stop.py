@@ -10,7 +10,7 @@ import time
 
 from conftest import SLOW, TIMEOUT, Client, drain, frame_bytes, new_xid, unique
 
-# The stop waits at most 10 s for connections (broker/graceful_stop.h); without stuck connections
+# The stop waits at most 10 s for connections (broker/net/graceful_stop.h); without stuck connections
 # it takes well under a second.
 STOP_LIMIT_S = 5 * SLOW
 
@@ -152,7 +152,7 @@ def test_sigterm_loses_and_duplicates_nothing(broker, stomp_client):
 
 def test_sigterm_right_after_start_while_depths_are_counted_exits_0(broker, raw):
     # At start a background thread counts the stored messages of each queue from a read snapshot
-    # (broker/metrics_collect.cpp). A SIGTERM before it is done must wait for it, not close the
+    # (broker/core/metrics_collect.cpp). A SIGTERM before it is done must wait for it, not close the
     # store under it: that crashed escrowd (SIGSEGV after "stopped") before the fix.
     q = "/queue/" + unique("counted")
     r = raw(broker)

@@ -1,14 +1,18 @@
 """Metrics and status over HTTP ([http] listen, docs/operations.md): /metrics parsed by the
 Prometheus client library's own parser (Debian's python3-prometheus-client) with its per-queue
-counters checked against what the test did, /status as JSON, /health, the depth after a restart,
-404 and 405, HTTP off by default, and a bad [http] key."""
+counters checked against what the test did, /status as JSON (also for a stored queue name that is
+not UTF-8), /health, the depth after a restart, 404 and 405, HTTP off by default, and a bad [http]
+key."""
 
 import json
 import re
+import shutil
+import subprocess
 import time
 import urllib.error
 import urllib.request
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import TIMEOUT, new_xid, unique
@@ -170,6 +174,64 @@ def test_metrics_count_what_the_test_did(broker_factory, stomp_client):
     assert queue_value(samples, "escrow_queue_depth", "DLQ") == 1
     assert queue_value(samples, "escrow_queue_depth", "ExpiryQueue") == 1
     assert queue_value(samples, "escrow_queue_messages_enqueued_total", q2) == 0
+
+
+def copy_with_key_renamed(src, dst, table, old, new):
+    """Copies the store in `src` to a fresh environment in `dst` with the LMDB tools (mdb_dump in its
+    hex format, mdb_load), the record of `table` under key `old` moved to key `new`, its value kept."""
+    dump = subprocess.run(["mdb_dump", "-a", str(src)], check=True, capture_output=True, text=True,
+                          encoding="latin-1").stdout.splitlines()
+    out, database, data_line, renamed = [], None, None, False
+    for line in dump:
+        if line.startswith("database="):
+            database = line[len("database="):]
+        if line == "HEADER=END":
+            data_line = 0  # then key, value, key, value, ...
+        elif line == "DATA=END":
+            data_line = None
+        elif data_line is not None:
+            if database == table and data_line % 2 == 0 and line == " " + old.hex():
+                line, renamed = " " + new.hex(), True
+            data_line += 1
+        out.append(line)
+    assert renamed, f"no key {old!r} in table {table}"
+    dst.mkdir()
+    subprocess.run(["mdb_load", str(dst)], input="\n".join(out) + "\n", check=True, text=True, encoding="latin-1",
+                   capture_output=True)
+
+
+@pytest.mark.skipif(shutil.which("mdb_dump") is None or shutil.which("mdb_load") is None,
+                    reason="needs mdb_dump and mdb_load (Debian package lmdb-utils)")
+def test_status_json_is_valid_for_a_queue_name_that_is_not_utf8(broker_factory, stomp_client, tmp_path):
+    """A queue whose stored name is not UTF-8 (as one stored before names were checked may be; made
+    here by renaming its record in a copy of the store): /status is still valid JSON, each byte that
+    is not part of a well-formed sequence written as U+FFFD (docs/operations.md), the queue counted."""
+    q = f"http.{unique('utf8')}"
+    b = broker_factory()
+    c = stomp_client(b)
+    for i in range(2):
+        c.send(f"/queue/{q}", f"m{i}", receipt=True)
+    c.close()
+    assert b.terminate() == 0
+    copy = tmp_path / "copy"
+    bad = q.encode() + b"\xff\xc0\x80-\xe2\x82"  # a stray byte, an overlong NUL, a cut-short sequence
+    copy_with_key_renamed(b.data_dir, copy, "queues", b"q/" + q.encode(), b"q/" + bad)
+
+    b2 = broker_factory(config='[http]\nlisten = "127.0.0.1:0"\n', data_dir=copy)
+    port = http_port(b2)
+    shown = q + "\ufffd\ufffd\ufffd-\ufffd\ufffd"
+    deadline = time.monotonic() + TIMEOUT
+    while True:  # the depth is counted from storage in the background after start
+        status, headers, body = get(port, "/status")
+        assert status == 200 and headers["Content-Type"] == "application/json"
+        doc = json.loads(body)  # strict: no invalid UTF-8 gets through
+        queue = next((x for x in doc["queues"] if x["name"] == shown), None)
+        assert queue is not None, body
+        if queue["depth"] == 2:
+            break
+        assert time.monotonic() < deadline, body
+        time.sleep(0.05)
+    assert q not in [x["name"] for x in doc["queues"]]
 
 
 def test_xa_branches_and_prepare_latency(broker_factory, stomp_client):

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.xdist_group("meson-install")
 
 BUILD_DIR = Path(os.environ.get("ESCROW_BUILD_DIR") or Path(ESCROWD).resolve().parents[1])
 
-# How long escrowd waits for connections to close at a stop (broker/graceful_stop.h).
+# How long escrowd waits for connections to close at a stop (broker/net/graceful_stop.h).
 CONNECTION_CLOSE_LIMIT_S = 10
 
 

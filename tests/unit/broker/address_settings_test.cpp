@@ -2,7 +2,7 @@
 // how settings merge from the least to the most specific match, and the redelivery delay formula.
 #include <doctest/doctest.h>
 
-#include "address_settings.h"
+#include "escrow/broker/config/address_settings.h"
 
 using namespace escrow::broker;
 

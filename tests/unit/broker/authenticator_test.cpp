@@ -4,8 +4,8 @@
 
 #include <future>
 
-#include "authenticator.h"
-#include "password_hash.h"
+#include "escrow/broker/security/authenticator.h"
+#include "escrow/broker/security/password_hash.h"
 
 using namespace escrow::broker;
 

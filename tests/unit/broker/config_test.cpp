@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "config.h"
+#include "escrow/broker/config/config.h"
 
 using namespace escrow::broker;
 

@@ -1,4 +1,4 @@
-// The HTTP endpoint's Host check and bearer token (broker/http_access.h): which Host headers pass
+// The HTTP endpoint's Host check and bearer token (broker/security/http_access.h): which Host headers pass
 // by default and with [http] allowed-hosts, the token file's rules, and the Authorization header.
 // tests/integration/test_http_access.py checks the same through a real escrowd.
 #include <doctest/doctest.h>
@@ -8,8 +8,8 @@
 #include <string>
 #include <unistd.h>
 
-#include "config.h"
-#include "http_access.h"
+#include "escrow/broker/config/config.h"
+#include "escrow/broker/security/http_access.h"
 
 using namespace escrow::broker;
 

@@ -1,11 +1,11 @@
-// broker/json.cpp: the broker's JSON (valid UTF-8 whatever the bytes), cursors and pages.
+// broker/admin/json.cpp: the broker's JSON (valid UTF-8 whatever the bytes), cursors and pages.
 #include <doctest/doctest.h>
 
 #include <cstdint>
 #include <string>
 
 #include "json.h"
-#include "names.h"
+#include "escrow/broker/security/names.h"
 
 using namespace escrow::broker;
 

@@ -1,4 +1,4 @@
-// broker/metrics.cpp and status_json.cpp: the Prometheus text format and the /status JSON.
+// broker/admin/metrics_text.cpp and status_json.cpp: the Prometheus text format and the /status JSON.
 #include <doctest/doctest.h>
 
 #include <boost/json/parse.hpp>
@@ -6,7 +6,7 @@
 #include <limits>
 #include <string>
 
-#include "metrics.h"
+#include "escrow/broker/admin/metrics_text.h"
 
 using namespace escrow::broker;
 

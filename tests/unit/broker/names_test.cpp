@@ -1,7 +1,7 @@
-// Names clients choose and client text in logs (broker/names.h).
+// Names clients choose and client text in logs (broker/security/names.h).
 #include <doctest/doctest.h>
 
-#include "names.h"
+#include "escrow/broker/security/names.h"
 
 using namespace escrow::broker;
 

@@ -2,8 +2,8 @@
 // roles holding a permission on an address are resolved from [[security-settings]].
 #include <doctest/doctest.h>
 
-#include "password_hash.h"
-#include "security.h"
+#include "escrow/broker/security/password_hash.h"
+#include "escrow/broker/security/security.h"
 
 using namespace escrow::broker;
 

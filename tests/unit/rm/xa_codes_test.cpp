@@ -88,7 +88,7 @@ TEST_SUITE("rm/xa codes") {
 
     // Around decide(), with the flags a frame of that verb may carry (any: the codes below do not
     // depend on them, except XA_RB* from commit, which decide() gives only with TMONEPHASE):
-    //   XAER_INVAL   every verb: a bad flags, xid or formatID header (broker/transactions.cpp
+    //   XAER_INVAL   every verb: a bad flags, xid or formatID header (broker/core/transactions.cpp
     //                handle_xa), unsupported flags (decide);
     //   XAER_PROTO   every verb: a branch whose write is in flight (resource_manager::call);
     //   XAER_RMFAIL  prepare, commit, rollback, forget: the store refused the write

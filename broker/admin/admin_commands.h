@@ -1,0 +1,35 @@
+// Internal to broker/admin: the ADMIN commands, one per admin-command header value (admin.cpp
+// dispatches; admin_messages.cpp has browse, purge and move, admin_xa.cpp the in-doubt branches,
+// admin_backup.cpp the hot copy of the store), and what the paged lists share.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "escrow/broker/core/admin_core.h"
+
+namespace escrow::broker {
+
+// The page a list command (queues, connections, subscriptions, xa-list) is asked for: the ADMIN
+// frame's `limit` (at most admin.max-page-size, its default) and `after` (the `next` cursor of the
+// previous page; absent: from the start) headers (docs/operations.md, "Paged answers").
+struct page_request {
+  std::size_t limit = 0;
+  std::size_t max_bytes = 0;  // admin.max-page-bytes
+  std::optional<std::string> after;  // as sent: each list reads its own form
+};
+
+// The page `f` asks for; an invalid outcome when its limit header is malformed.
+std::optional<admin_outcome> page_asked(const admin_core& core, const frame& f, page_request& out);
+
+admin_outcome admin_browse(admin_core& core, const frame& f);
+void admin_purge(admin_core& core, const frame& f, admin_done done);
+void admin_move(admin_core& core, const frame& f, admin_done done);
+admin_outcome admin_xa_list(const admin_core& core, const frame& f);
+// xa-commit, xa-rollback, xa-forget
+void admin_xa_decide(admin_core& core, std::uint64_t connection_id, const frame& f, admin_done done);
+void admin_backup(admin_core& core, const frame& f, admin_done done);
+
+}  // namespace escrow::broker

@@ -1,0 +1,208 @@
+// Boost.Beast HTTP/1.1 for /metrics, /status and /health. Each connection is a coroutine on its own
+// strand: read one request (headers at most 8 KiB, a body at most 4 KiB, 10 s to arrive), answer,
+// repeat while the client keeps the connection alive. A request must carry exactly one Host header
+// naming this endpoint (400 without, 421 for another name) and, with a token file, the bearer token
+// (401; /health needs none). Then only GET and HEAD; other methods get 405, other paths 404.
+#include "escrow/broker/admin/http_server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <atomic>
+#include <limits>
+#include <memory>
+
+#include "escrow/broker/core/broker.h"
+#include "escrow/broker/admin/metrics_text.h"
+
+namespace escrow::broker {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+constexpr std::string_view kVersion = "0.1.0";  // as escrowd's CONNECTED frame says (broker.cpp)
+constexpr std::size_t kHeaderLimit = 8 * 1024;
+constexpr std::size_t kBodyLimit = 4 * 1024;
+constexpr auto kTimeout = std::chrono::seconds(10);
+constexpr auto kRefusalLogInterval = std::chrono::seconds(60);
+
+// Asks the core for a snapshot; completes on the caller's executor.
+template <typename Token>
+auto async_collect(broker& core, Token&& token) {
+  return asio::async_initiate<Token, void(metrics_snapshot)>(
+      [&core](auto handler) {
+        // The core takes a copyable std::function; the coroutine's handler is move-only.
+        auto h = std::make_shared<decltype(handler)>(std::move(handler));
+        core.collect_metrics([h](metrics_snapshot s) {
+          auto ex = asio::get_associated_executor(*h);
+          asio::post(ex, [h, s = std::move(s)]() mutable { (*h)(std::move(s)); });
+        });
+      },
+      token);
+}
+
+using response = http::response<http::string_body>;
+
+response make_response(const http::request<http::string_body>& req, http::status status,
+                       std::string_view content_type, std::string body) {
+  response res{status, req.version()};
+  res.set(http::field::server, "escrowd/" + std::string(kVersion));
+  res.set(http::field::content_type, content_type);
+  res.set(http::field::cache_control, "no-store");
+  res.set("X-Content-Type-Options", "nosniff");
+  res.keep_alive(req.keep_alive());
+  res.content_length(body.size());
+  if (req.method() != http::verb::head) res.body() = std::move(body);
+  return res;
+}
+
+// A value from the request, safe to put in a plain-text answer and the log: printable ASCII, short.
+std::string printable(std::string_view value) {
+  std::string out;
+  for (char c : value.substr(0, 100)) out += (c >= ' ' && c < 0x7f) ? c : '?';
+  return value.size() > 100 ? out + "..." : out;
+}
+
+// Refused requests are logged at debug level, and one of them a minute at warn level, so that a
+// misconfigured scraper (or someone trying) shows in the log without flooding it.
+void log_refusal(const std::string& peer, const std::string& why) {
+  static std::atomic<std::int64_t> last_warned{std::numeric_limits<std::int64_t>::min()};
+  auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+  auto last = last_warned.load();
+  auto interval = std::chrono::duration_cast<std::chrono::steady_clock::duration>(kRefusalLogInterval).count();
+  if ((last == std::numeric_limits<std::int64_t>::min() || now - last >= interval) &&
+      last_warned.compare_exchange_strong(last, now))
+    spdlog::warn("http: refused a request from {}: {} (one refusal a minute is logged at this level, every one "
+                 "at debug level)", peer, why);
+  else
+    spdlog::debug("http: refused a request from {}: {}", peer, why);
+}
+
+asio::awaitable<response> answer(const http::request<http::string_body>& req, http_context& context,
+                                 const std::string& peer) {
+  constexpr std::string_view text = "text/plain; charset=utf-8";
+  std::string_view target(req.target().data(), req.target().size());
+  std::string_view path = target.substr(0, target.find('?'));
+  std::shared_ptr<const http_access> access = context.access();
+
+  // The Host check comes first: a page that re-pointed its own name at this address learns nothing.
+  if (req.count(http::field::host) != 1) {
+    log_refusal(peer, "no Host header, or more than one");
+    co_return make_response(req, http::status::bad_request, text, "bad request: a request needs one Host header\n");
+  }
+  std::string_view host(req[http::field::host].data(), req[http::field::host].size());
+  if (!host_allowed(*access, host)) {
+    log_refusal(peer, "Host '" + printable(host) + "' is not allowed ([http] allowed-hosts)");
+    co_return make_response(req, http::status::misdirected_request, text,
+                            "misdirected request: Host '" + printable(host) +
+                                "' is not a name of this endpoint (an operator may add it to [http] allowed-hosts)\n");
+  }
+  // /health stays open to a load balancer that cannot send a token: it says only ok or why not.
+  if (!access->tokens.empty() && path != "/health") {
+    auto headers = req.count(http::field::authorization);
+    bearer_check check = headers == 0 ? bearer_check::missing
+                         : headers > 1
+                             ? bearer_check::wrong
+                             : check_bearer(*access, std::string_view(req[http::field::authorization].data(),
+                                                                      req[http::field::authorization].size()));
+    if (check != bearer_check::ok) {
+      bool missing = check == bearer_check::missing;
+      log_refusal(peer, missing ? "no bearer token" : "wrong bearer token");
+      auto res = make_response(req, http::status::unauthorized, text,
+                               missing ? "unauthorized: this endpoint needs Authorization: Bearer <token>\n"
+                                       : "unauthorized: the bearer token is not valid\n");
+      res.set(http::field::www_authenticate,
+              missing ? R"(Bearer realm="escrowd")" : R"(Bearer realm="escrowd", error="invalid_token")");
+      co_return res;
+    }
+  }
+  if (req.method() != http::verb::get && req.method() != http::verb::head) {
+    auto res = make_response(req, http::status::method_not_allowed, text,
+                             "method not allowed: only GET and HEAD are served here\n");
+    res.set(http::field::allow, "GET, HEAD");
+    co_return res;
+  }
+  if (path != "/metrics" && path != "/status" && path != "/health")
+    co_return make_response(req, http::status::not_found, text,
+                            "not found: this endpoint serves /metrics, /status and /health\n");
+
+  metrics_snapshot s = co_await async_collect(context.core, asio::use_awaitable);
+  s.version = std::string(kVersion);
+  s.uptime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - context.started).count();
+  s.listeners = context.listeners;
+  s.listeners_up = context.listeners_up.load();
+
+  if (path == "/metrics")
+    co_return make_response(req, http::status::ok, "text/plain; version=0.0.4; charset=utf-8", write_prometheus(s));
+  if (path == "/status") co_return make_response(req, http::status::ok, "application/json", write_status_json(s));
+  if (!s.store.writable)
+    co_return make_response(req, http::status::service_unavailable, text,
+                            "store not writable: a commit failed; restart escrowd (see its log)\n");
+  if (!s.listeners_up)
+    co_return make_response(req, http::status::service_unavailable, text, "listeners not up: starting or stopping\n");
+  co_return make_response(req, http::status::ok, text, "ok\n");
+}
+
+asio::awaitable<void> serve(tcp::socket socket, http_context& context) {
+  boost::system::error_code peer_error;
+  auto remote = socket.remote_endpoint(peer_error);
+  std::string peer =
+      peer_error ? "an unknown peer" : remote.address().to_string() + ":" + std::to_string(remote.port());
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer(kHeaderLimit + kBodyLimit);
+  for (;;) {
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(kHeaderLimit);
+    parser.body_limit(kBodyLimit);
+    stream.expires_after(kTimeout);
+    auto [ec, n] = co_await http::async_read(stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
+    if (ec) {
+      // end_of_stream and timeouts are the ordinary end of a connection; anything else is a
+      // client that broke HTTP or a limit, worth a debug line.
+      if (ec != http::error::end_of_stream && ec != beast::error::timeout)
+        spdlog::debug("http: request not read: {}", ec.message());
+      break;
+    }
+    http::request<http::string_body> req = parser.release();
+    response res = co_await answer(req, context, peer);
+    bool keep_alive = res.keep_alive();
+    stream.expires_after(kTimeout);
+    auto [wec, written] = co_await http::async_write(stream, res, asio::as_tuple(asio::use_awaitable));
+    if (wec || !keep_alive) break;
+  }
+  boost::system::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+}
+
+asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, http_context& context) {
+  for (;;) {
+    auto [ec, socket] = co_await acceptor.async_accept(asio::make_strand(acceptor.get_executor()),
+                                                       asio::as_tuple(asio::use_awaitable));
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+      spdlog::warn("http: accept failed: {}", ec.message());
+      continue;
+    }
+    auto executor = socket.get_executor();
+    asio::co_spawn(executor, serve(std::move(socket), context), asio::detached);
+  }
+}
+
+}  // namespace
+
+void start_http_server(tcp::acceptor& acceptor, http_context& context, const asio::any_io_executor& accepts) {
+  asio::co_spawn(accepts, accept_loop(acceptor, context), asio::detached);
+}
+
+}  // namespace escrow::broker

@@ -1,0 +1,42 @@
+// The resolution of settings over address patterns (rules in address_settings.h).
+#include "escrow/broker/config/address_settings.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace escrow::broker {
+
+std::uint64_t address_settings::redelivery_delay_for(std::uint32_t count, double random_unit) const {
+  if (redelivery_delay_ms == 0) return 0;
+  double delay = static_cast<double>(redelivery_delay_ms) * std::pow(redelivery_multiplier, count > 0 ? count - 1 : 0);
+  double cap = static_cast<double>(max_redelivery_delay_ms.value_or(redelivery_delay_ms * 10));
+  delay = std::min(delay, cap);
+  delay *= 1.0 + collision_avoidance_factor * std::clamp(random_unit, -1.0, 1.0);
+  return delay <= 0 ? 0 : static_cast<std::uint64_t>(std::llround(delay));
+}
+
+address_settings resolve_settings(const std::vector<address_setting_entry>& entries, std::string_view address) {
+  std::vector<const address_setting_entry*> matching;
+  for (const auto& e : entries)
+    if (pattern_matches(e.match, address)) matching.push_back(&e);
+  // Least specific first, so that each more specific entry overrides what it sets; a stable sort
+  // keeps file order between equals, so the later one wins a tie.
+  std::stable_sort(matching.begin(), matching.end(),
+                   [](const auto* x, const auto* y) { return more_specific(y->match, x->match); });
+  address_settings s;
+  for (const auto* e : matching) {
+    if (e->expiry_address) s.expiry_address = *e->expiry_address;
+    if (e->expiry_delay_ms) s.expiry_delay_ms = *e->expiry_delay_ms;
+    if (e->redelivery_delay_ms) s.redelivery_delay_ms = *e->redelivery_delay_ms;
+    if (e->redelivery_multiplier) s.redelivery_multiplier = *e->redelivery_multiplier;
+    if (e->max_redelivery_delay_ms) s.max_redelivery_delay_ms = *e->max_redelivery_delay_ms;
+    if (e->max_delivery_attempts) s.max_delivery_attempts = *e->max_delivery_attempts;
+    if (e->dead_letter_address) s.dead_letter_address = *e->dead_letter_address;
+    if (e->collision_avoidance_factor) s.collision_avoidance_factor = *e->collision_avoidance_factor;
+    if (e->auto_delete_queues) s.auto_delete_queues = *e->auto_delete_queues;
+    if (e->auto_delete_queues_delay_ms) s.auto_delete_queues_delay_ms = *e->auto_delete_queues_delay_ms;
+  }
+  return s;
+}
+
+}  // namespace escrow::broker

@@ -1,0 +1,61 @@
+// Address settings: the per-address rules for messages that cannot be delivered (HornetQ's
+// chapters on expiry and undelivered messages): where expired messages and dead letters go, the
+// default time to live, the redelivery delay and the delivery attempts before a dead letter.
+//
+// Settings are written per address pattern (address_pattern.h: the HornetQ/Artemis wildcards).
+// An address is a destination without its prefix ("/queue/orders.eu" -> "orders.eu"; a topic subscription's address is its topic).
+// When several patterns match, each key takes its value from the most specific pattern that sets
+// it (docs/configuration.md states the order); keys no pattern sets keep their defaults.
+//
+// Pure values and functions; no I/O. The core strand owns the table it resolves from.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "escrow/broker/security/address_pattern.h"
+
+namespace escrow::broker {
+
+// The settings in force for one address, every key resolved.
+struct address_settings {
+  std::string expiry_address;                    // "" : expired messages are dropped (logged, counted)
+  std::int64_t expiry_delay_ms = -1;             // time to live given to messages without one; -1: none
+  std::uint64_t redelivery_delay_ms = 0;         // wait before a returned message is offered again
+  double redelivery_multiplier = 1.0;            // the delay grows by this factor per attempt
+  std::optional<std::uint64_t> max_redelivery_delay_ms;  // cap; unset: 10 x redelivery_delay_ms
+  std::int64_t max_delivery_attempts = 10;       // unsuccessful deliveries before a dead letter; -1: never
+  std::string dead_letter_address;               // "" : dead letters are dropped (logged, counted)
+  double collision_avoidance_factor = 0.0;       // 0.0 to 1.0: random spread of the delay
+  bool auto_delete_queues = true;                // an empty queue nobody uses goes (Artemis's default)
+  std::uint64_t auto_delete_queues_delay_ms = 60000;  // after this long empty and unused
+
+  // The wait before redelivering a message that has had `count` (>= 1) unsuccessful deliveries:
+  // redelivery_delay x multiplier^(count-1), capped, then moved by up to the avoidance factor.
+  // `random_unit` is uniform in [-1, 1] (the caller's randomness; tests pass fixed values).
+  std::uint64_t redelivery_delay_for(std::uint32_t count, double random_unit) const;
+};
+
+// One `[[address-settings]]` table as the configuration wrote it: only the keys it sets.
+struct address_setting_entry {
+  std::string match;
+  int line = 0;  // in the configuration file, for messages
+  std::optional<std::string> expiry_address;
+  std::optional<std::int64_t> expiry_delay_ms;
+  std::optional<std::uint64_t> redelivery_delay_ms;
+  std::optional<double> redelivery_multiplier;
+  std::optional<std::uint64_t> max_redelivery_delay_ms;
+  std::optional<std::int64_t> max_delivery_attempts;
+  std::optional<std::string> dead_letter_address;
+  std::optional<double> collision_avoidance_factor;
+  std::optional<bool> auto_delete_queues;
+  std::optional<std::uint64_t> auto_delete_queues_delay_ms;
+};
+
+// Resolves the settings of `address` from `entries` (in file order; a later entry wins a tie).
+address_settings resolve_settings(const std::vector<address_setting_entry>& entries, std::string_view address);
+
+}  // namespace escrow::broker

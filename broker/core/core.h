@@ -1,0 +1,345 @@
+// Internal to broker/core: the core's state and the helpers its frame handlers share. Everything here
+// is touched only on the core strand. broker.cpp holds connection lifecycle and frame dispatch,
+// send.cpp routing and SEND, subscribe.cpp SUBSCRIBE/UNSUBSCRIBE, delivery.cpp MESSAGE, ACK, NACK.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "escrow/broker/config/address_settings.h"
+#include "escrow/broker/core/admin_core.h"
+#include "escrow/broker/core/broker.h"
+#include "escrow/rm/resource_manager.h"
+#include "escrow/broker/core/metrics.h"
+#include "escrow/storage/batch.h"
+#include "connections_part.h"
+#include "queue.h"
+#include "topology_part.h"
+#include "undelivered_part.h"
+#include "escrow/broker/security/security.h"
+
+namespace escrow::broker {
+
+// Timers that need Asio; defined in broker.cpp.
+struct core_timers;
+
+
+// An `escrow purge` or `escrow move` under way over one queue (sweeps.cpp). It goes through
+// the queue's stored entries in key order, one slice per core turn, and starts the next slice only
+// once the previous one's batch is stored, so memory stays bounded and other connections are
+// served between slices.
+struct queue_sweep {
+  enum class kind { purge, move };
+  kind what = kind::purge;
+  queue_ptr from;                // the queue emptied
+  std::uint64_t id_limit = 0;    // only messages with a lower id (in the queue when it began)
+  std::string next;              // the encoded entry key the next slice reads from
+  bool at_end = false;           // the last slice has been read
+  std::uint64_t depth_at_start = 0;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  // A move's destination as resolve_destination() takes it, and its optional _HQ_ORIG_ADDRESS filter.
+  std::string destination;
+  std::optional<std::string> filter;
+  // Totals of the slices stored so far.
+  std::size_t handled = 0;  // purged or moved
+  std::size_t held = 0;     // held when the cursor passed them (in flight, in a branch): left alone
+  std::size_t slices = 0;   // slices read
+  std::function<void(const sweep_report&)> done;  // the operator's answer, once the sweep ends
+};
+using sweep_ptr = std::shared_ptr<queue_sweep>;
+
+// One stored entry a slice of a sweep read: its key, its stored delivery count and, for a move,
+// its whole stored value (the message, when it is stored inline).
+struct sweep_page_entry {
+  storage::entry_key key;
+  std::uint32_t delivery_count = 0;
+  std::string value;
+};
+
+// A SEND, validated and routed: the message and its entry in each target queue.
+struct routed_message {
+  message_ptr msg;
+  std::vector<std::pair<queue_ptr, queue_entry>> entries;
+};
+
+struct broker::impl {
+  impl(boost::asio::io_context& io, storage::store& store, const broker_config& config);
+  ~impl();  // stop_store_readers()
+  void stop_store_readers();  // broker::stop_store_readers
+
+  storage::store& store;
+  broker_config config;
+  std::atomic<std::uint64_t> next_connection_id{1};
+  std::atomic<std::size_t> inbound_bytes{0};  // frames handed to the core and not yet handled
+  std::atomic<bool> input_stopped{false};     // broker::stop_input (graceful stop)
+
+  // --- core strand state ---
+  topology_part topology;  // queues, durable subscriptions and topics (topology_part.h)
+  connections_part clients;  // connections, their subscriptions and outboxes (connections_part.h)
+  rm::resource_manager rm;
+  std::uint64_t next_message_id = 1;
+  std::unique_ptr<core_timers> timers;
+  undelivered_part undelivered;  // expiry, redelivery delays, dead letters (undelivered_part.h)
+  latency_histogram prepare_latency;  // XA-PREPARE to its answer (metrics)
+  latency_histogram commit_latency;   // commits to their answer (metrics)
+  std::mt19937_64 random{std::random_device{}()};
+  // Addresses whose settings and grants are cached at most (each cache is emptied beyond it).
+  static constexpr std::size_t kMaxCachedAddresses = 10000;
+
+  // Users and permissions (permissions.cpp). `auth` null: anonymous, every permission.
+  authenticator* auth = nullptr;
+  std::unordered_map<std::string, address_grants> grants_cache;  // by address; cleared on reload
+  bool holds_on(const connection& c, permission p, std::string_view address);
+  bool holds_globally(const connection& c, permission p) const;  // granted by the "#" table
+  // Whether `c` holds `p` on `address`; if not, ERROR naming the permission (connection closes).
+  bool permitted(connection& c, permission p, std::string_view address, const frame* request);
+  // The same for operations on the broker as a whole (XA-RECOVER, XA-HEURISTIC, ADMIN): `p`
+  // granted by the [[security-settings]] table whose match is "#".
+  bool permitted_globally(connection& c, permission p, const frame* request);
+  // A new connection: false (after an ERROR) when its user has limits.max-connections-per-user.
+  bool admit(connection& c);
+  void release(connection& c);  // the connection is gone
+  // Per-user limits (tenant_limits.cpp). Each refusal but prepare_refusal's sends the ERROR.
+  // XA-START of a new branch or BEGIN: false when `c` has max-branches-per-connection open, or its
+  // user max-branches-per-user.
+  bool may_start_branch(connection& c, const frame* request);
+  // Why c's user may not prepare another branch (max-prepared-branches-per-user), if so.
+  std::optional<std::string> prepare_refusal(const connection& c) const;
+  // A SEND of `bytes` staged in `b`: within max-transaction-bytes and, over all of its owner's
+  // transactions, max-transaction-bytes-per-user; counted then, until release_staged.
+  bool may_stage(connection& c, rm::branch& b, std::uint64_t bytes, const frame& f);
+  void release_staged(rm::branch& b);  // its transaction is committed or rolled back
+  // A frame of `c` that would create the queue `storage_key`: within max-queues-per-user.
+  bool may_create_queue(connection& c, const std::string& storage_key, const frame* request);
+  void count_queue(const queue& q, int delta);  // in or out of queues_by_user
+  std::unordered_map<std::string, std::uint64_t> transaction_bytes_by_user;  // staged SEND bytes
+  std::unordered_map<std::string, std::uint32_t> queues_by_user;  // queues their frames created
+
+  // Runs a function on the core strand; set up by broker.cpp, which owns the Asio strand.
+  std::function<void(std::function<void()>)> post;
+  // Submits a batch; `done` runs on the core strand with the outcome, then outboxes are flushed.
+  // Acknowledgements waiting in deferred_acks go first, as a batch of their own queued with it.
+  void submit(storage::batch b, std::function<void(const storage::status&)> done);
+  // An acknowledgement nobody asked a receipt for promises nothing about when it is on disk: its
+  // removals wait here for the next write that has to happen anyway, or at most kDeferredAckMs
+  // (docs/storage.md, "Acknowledgements without a receipt"). `done` runs when they are stored.
+  void defer_ack(storage::batch b, std::function<void(const storage::status&)> done);
+  void submit_deferred_acks();  // now, as a batch of their own (the timer, a closing connection)
+  // Empties deferred_acks and deferred_ack_done into a batch and one completion for them all.
+  std::pair<storage::batch, std::function<void(const storage::status&)>> take_deferred_acks();
+  // The store's completion for `done`: collected and run on the core in one turn (run_completions).
+  std::function<void(storage::status)> completion_for(std::function<void(const storage::status&)> done);
+  static constexpr int kDeferredAckMs = 5;
+  // A delivery stopped because its raised count was refused is offered again after this long.
+  static constexpr std::uint64_t kRefusedCountRetryMs = 1000;
+  storage::batch deferred_acks;
+  std::vector<std::function<void(const storage::status&)>> deferred_ack_done;
+  void run_completions();
+  std::mutex completed_mutex;  // the one lock: committer thread -> core strand hand-off
+  std::vector<std::pair<std::function<void(const storage::status&)>, storage::status>> completed;
+  // Sends every outbox filled during this core turn.
+  void flush();
+
+  // Frame handlers (one per command family).
+  void handle_frame(const connection_ptr& c, frame& f);
+  void handle_send(const connection_ptr& c, frame& f);
+  void handle_subscribe(const connection_ptr& c, const frame& f);
+  // SUBSCRIBE's steps (subscribe.cpp); each sends the ERROR and returns null when the frame is
+  // refused. The subscription as its headers ask (ack mode, window):
+  std::unique_ptr<subscription> new_subscription(const connection_ptr& c, const frame& f, const std::string& id);
+  // The queue it consumes from: a queue, a durable subscription (`created` when new) or a
+  // non-durable subscription's own queue; new queues' records go into `b`.
+  queue_ptr subscription_source(const connection_ptr& c, const frame& f, const std::string& id, storage::batch& b,
+                                queue_ptr& created);
+  queue_ptr durable_source(const connection_ptr& c, const frame& f, const std::string& topic_name,
+                           const std::string& name, storage::batch& b, queue_ptr& created);
+  void handle_unsubscribe(const connection_ptr& c, const frame& f);
+  void handle_ack(const connection_ptr& c, const frame& f, bool positive);
+  // The subscription and ack tag an ACK or NACK names (by id in STOMP 1.2, by message-id before);
+  // null after the ERROR when it names none of this connection's unacknowledged messages.
+  subscription* acked_subscription(const connection_ptr& c, const frame& f, std::uint64_t& tag);
+  // The stored entries an ACK removed, once its batch is done: gone for good, or (refused) offered again.
+  void finish_acks(std::vector<delivery>& removed, bool stored);
+  void handle_disconnect(const connection_ptr& c, const frame& f);
+  void handle_transaction(const connection_ptr& c, const frame& f);  // BEGIN, COMMIT, ABORT
+  void handle_xa(const connection_ptr& c, const frame& f);           // XA-* frames
+  // ADMIN frames (the `escrow` command): every one enters here (admin_core.cpp), which checks the
+  // receipt header and the permissions and hands the frame to `admin` (broker/admin, installed
+  // by broker::use_admin) with `admin_view`, the core as admin_core.h lets it be seen.
+  void handle_admin(const connection_ptr& c, const frame& f);
+  admin_handler admin;
+  class core_admin;  // admin_core.cpp
+  std::unique_ptr<admin_core> admin_view;
+  std::unique_ptr<admin_core> make_admin_view();
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  std::vector<std::string> listeners;  // "HOST:PORT" as bound (broker::set_listeners)
+  std::thread backup_worker;           // the running (or last) `escrow backup`, joined at exit
+  bool backup_running = false;
+  // Purges and moves in slices (sweeps.cpp). At most one runs per queue, by source queue id.
+  std::unordered_map<std::uint32_t, sweep_ptr> sweeps;
+  std::optional<sweep_report> sweep_running(std::uint32_t queue_id) const;
+  void start_sweep(sweep_ptr s);               // registers it and runs its first slice now
+  void sweep_slice(const sweep_ptr& s);        // reads the next page, submits its batch
+  void purge_slice(const sweep_ptr& s, std::vector<sweep_page_entry> page);
+  void move_slice(const sweep_ptr& s, std::vector<sweep_page_entry> page);
+  void next_sweep_slice(const sweep_ptr& s);   // posts the next slice, or ends the sweep
+  // Unregisters it and gives the operator's handler its report.
+  void end_sweep(const sweep_ptr& s, sweep_report::ending how, std::string store_message = {});
+  // A queue or durable subscription by the name operators see ("orders", "CLIENT-ID.NAME").
+  queue_ptr find_by_name(std::string_view name) const;
+
+  // Transactions.
+  // The branch a SEND, ACK or NACK belongs to: its `transaction` header's local transaction, or
+  // the XA branch the connection is associated with. Sends ERROR (and returns false) for a
+  // transaction this connection does not have.
+  bool branch_for(const connection_ptr& c, const frame& f, rm::branch_ptr& out);
+  // Whether a branch still takes work (active XA branch, or an open local transaction).
+  static bool takes_work(const rm::branch& b);
+  // Submits a resource manager reply's write; once durable, applies its work to the queues and
+  // calls `done` with the final XA code.
+  void carry_out(rm::resource_manager::reply r, std::function<void(int code)> done);
+  void apply_commit(const rm::branch_work& work);
+  void apply_rollback(const rm::branch_work& work);
+  void roll_back_locals(connection& c);
+  // The durable subscription `name` of c's client-id that c's user may resume or end: its own, or
+  // one without owner whose topic the user may consume (subscribe.cpp); null when none.
+  queue_ptr find_durable(const connection& c, const std::string& name);
+  // Who makes the XA calls of `c`: its user, and whether it may decide others' prepared branches.
+  rm::caller caller_of(const connection& c) const;
+  // The branch an operator means by `x` (and the `user` header, when given): admin_core.h.
+  operator_target owner_for_operator(const xid& x, const std::string* user) const;
+  void expire_branches();
+  // A local transaction rolled back at transactions.local-timeout-ms: its connection gets an ERROR.
+  void time_out_local(const rm::branch_ptr& b);
+  void schedule_expiry();
+
+  // Output.
+  // The connection's outbox with room for `bytes` more; the first write of a core turn marks the
+  // connection for flush().
+  std::string& outbox_for(connection& c, std::size_t bytes);
+  void write(connection& c, const frame& f);
+  void write_message(connection& c, const subscription& s, std::uint64_t tag, const queue_entry& e);
+  void receipt(connection& c, const frame& request);
+  void write_receipt(connection& c, std::string_view receipt_id);
+  // Submits `b` (when not empty); once it is durable runs `then(stored)` and answers `request`:
+  // its RECEIPT, or, if the store refused, ERROR "<what> not stored: ...".
+  void receipt_after(const connection_ptr& c, const frame& request, storage::batch b,
+                     std::string what = "the frame's work", std::function<void(bool stored)> then = {});
+  // Sends ERROR naming `problem` (with receipt-id when `request` asked for one) and closes.
+  void error(connection& c, const std::string& problem, const frame* request = nullptr,
+             const std::string& detail = {});
+
+  // SEND.
+  // The queues a destination reaches: /queue/NAME (created if missing, its record added to
+  // `records`, made by `creator` when given) or every subscription of /topic/NAME. False when it is
+  // neither form.
+  bool resolve_destination(std::string_view destination, storage::batch& records, std::vector<queue_ptr>& out,
+                           const std::optional<std::string>& creator = std::nullopt);
+  bool route(const connection_ptr& c, frame& f, routed_message& out, storage::batch& records);
+  void publish(std::vector<std::pair<queue_ptr, queue_entry>>& entries);
+
+  // Queues.
+  queue_ptr find_by_id(std::uint32_t id) const;
+  void add_queue(const queue_ptr& q);     // known by key and id; counted for its creator
+  void remove_queue(const queue_ptr& q);  // forgotten (when `topology.queues` still names this one)
+  queue_ptr find_or_create_queue(const std::string& name, storage::batch& b,
+                                 const std::optional<std::string>& creator = std::nullopt);
+  void persist_queue_record(const queue_ptr& q, storage::batch& b);
+  std::function<void(const storage::status&)> confirm_records(const storage::batch& b,
+                                                              std::function<void(const storage::status&)> done);
+  // Ending a durable subscription: it leaves its topic now (new messages are not copied to it), its
+  // record and entries go in `b`; once `b` is stored the queue is forgotten, and if the store
+  // refuses it joins its topic again as it was (finish_drop).
+  void drop_durable_queue(const queue_ptr& q, storage::batch& b);
+  void finish_drop(const queue_ptr& q, bool stored);
+  // Auto-delete of empty, unused queues (auto_delete.cpp), once a second.
+  void sweep_unused_queues();
+  bool in_use(const queue_ptr& q);
+  void finish_auto_delete(const queue_ptr& q, const storage::status& s);
+
+  // Delivery (delivery.cpp). dispatch hands out what it can of q to its consumers with room, in
+  // turn, then submits what that pass writes:
+  struct dispatch_writes {
+    storage::batch auto_acks;  // removals of auto-acknowledged stored entries
+    std::vector<storage::entry_key> auto_acked;
+    storage::batch moves;  // expired messages and dead letters found on the way
+    std::vector<move_plan> plans;
+    // persist-delivery-count-before-delivery: the raised counts, and the deliveries that wait for
+    // them, by (connection id, ack tag)
+    storage::batch counts;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> after_counts;
+  };
+  void dispatch(const queue_ptr& q);
+  // The next consumer of q, in turn, with room for another message (its index in `index`).
+  subscription* consumer_with_room(queue& q, std::size_t& index);
+  void hand_out(const queue_ptr& q, subscription& chosen, queue_entry e, dispatch_writes& w);
+  void submit_auto_acks(const queue_ptr& q, storage::batch b, std::vector<storage::entry_key> keys);
+  void submit_delivery_counts(storage::batch b, std::vector<std::pair<std::uint64_t, std::uint64_t>> deliveries);
+  bool load_message(queue_entry& e);
+  // Returns a delivery to its queue for redelivery (delivery count raised, persisted in `b` when
+  // stored), then offer_again().
+  void requeue(delivery d, storage::batch& b);
+  void requeue(const queue_ptr& q, queue_entry e, storage::batch& b);
+  // A held entry whose (raised, already persisted) delivery count ended a delivery: dead-letters
+  // it after max-delivery-attempts, else makes it ready again now or after the redelivery delay.
+  void offer_again(const queue_ptr& q, queue_entry e);
+  void detach(subscription& s, storage::batch& b);
+
+  // Undelivered messages (undelivered.cpp): address settings, expiry, redelivery, dead letters.
+  const address_settings& settings_for(const std::string& address);
+  bool expired(const queue_entry& e, std::uint64_t now) const {
+    return e.msg->record.expires != 0 && e.msg->record.expires <= now;
+  }
+  bool dead_letter_due(const queue_ptr& q, const queue_entry& e);
+  // Adds to `b` the move of held entry `e` (message loaded) out of `q` for `reason`, and its plan.
+  void plan_move(const queue_ptr& q, queue_entry e, move_reason reason, storage::batch& b,
+                 std::vector<move_plan>& plans, bool in_bulk = false);
+  // The same to the queues `targets` (not empty): removes the entry and stores one copy for them.
+  void plan_copy(const queue_ptr& q, queue_entry e, move_reason reason, const std::vector<queue_ptr>& targets,
+                 const std::string& destination, storage::batch& b, std::vector<move_plan>& plans, bool in_bulk);
+  // Submits `b` and carries out `plans` once it is durable (or undoes them if refused); then
+  // `then(status)` when given, with the store's answer (ok when there was nothing to write).
+  void submit_moves(storage::batch b, std::vector<move_plan> plans,
+                    std::function<void(const storage::status&)> then = {});
+  // One pass of the expiry reaper from index key `from`; continues in a later turn if cut short.
+  void reap(std::string from = {});
+  void schedule_reaper();
+  void delay_redelivery(const queue_ptr& q, queue_entry e, std::uint64_t delay_ms);
+  void arm_redelivery();  // the timer, for the earliest delayed entry
+  void redeliver_due();
+  // The queues named by every expiry and dead letter address in the settings, created if missing.
+  void create_undelivered_queues(storage::batch& b);
+
+  // broker::open's steps (broker.cpp): the next ids, the queues and durable subscriptions (their
+  // count in `loaded`), the prepared and heuristic branches (their count in `prepared`, their
+  // consumed entries held).
+  storage::status load_next_ids();
+  storage::status load_queues(std::size_t& loaded);
+  storage::status load_branches(std::size_t& prepared);
+
+  // Metrics (metrics_collect.cpp). Sets each queue's depth from the entries in storage: one
+  // key-only pass over the entries table at open.
+  storage::status count_depths();  // starts the background count (metrics_collect.cpp)
+  std::thread depth_counter;
+  std::atomic<bool> stopping{false};
+  metrics_snapshot snapshot() const;
+  // The queues' part of it: broker-wide totals, the series of the deepest max-queue-metrics.
+  void collect_queues(metrics_snapshot& s) const;
+};
+
+
+// "user 'NAME'", or "anonymous": who a connection is, in errors (permissions.cpp).
+std::string who(const connection& c);
+
+}  // namespace escrow::broker

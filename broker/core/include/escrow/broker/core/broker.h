@@ -1,0 +1,114 @@
+// The broker core: addresses (queues and topics), subscriptions, deliveries and acknowledgements.
+// All of this state is owned by one strand (the core executor); nothing here takes a lock. The
+// network side (sessions, on Asio I/O threads) calls the on_* entry points from any thread; each
+// posts its work to the core strand. Durable changes go to the store's committer as batches, and
+// their completions come back to the core strand before anything that depends on them is visible
+// to a client (durability points 1 and 2 of DESIGN.md).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "escrow/broker/config/config.h"
+#include "escrow/broker/core/admin_core.h"
+#include "escrow/frame.h"
+#include "escrow/storage/status.h"
+#include "escrow/broker/core/outbound.h"
+
+namespace boost::asio {
+class io_context;
+}
+namespace escrow::storage {
+class store;
+}
+
+namespace escrow::broker {
+
+struct metrics_snapshot;
+
+// What a session learned from CONNECT and negotiated with the client.
+struct connect_info {
+  stomp_version version = stomp_version::v1_2;
+  std::string client_id;
+  std::string login;
+  std::uint64_t heartbeat_send_ms = 0;     // negotiated: server to client
+  std::uint64_t heartbeat_receive_ms = 0;  // negotiated: client to server
+  // TLS with client certificates: the verified certificate's subject (RFC 2253), "" otherwise.
+  std::string peer_certificate_subject;
+  std::string peer;                // "IP:PORT", for logs and the admin command
+  std::string user;                // who logged in; "" when anonymous (no users file)
+  std::vector<std::string> roles;  // the user's roles (security.h)
+};
+
+class authenticator;
+
+class broker {
+ public:
+  broker(boost::asio::io_context& io, storage::store& store, const broker_config& config);
+  ~broker();
+  broker(const broker&) = delete;
+  broker& operator=(const broker&) = delete;
+
+  // Loads queues and durable subscriptions from storage (not their messages: those stay in LMDB
+  // until a consumer needs them). Call once, before the first connection.
+  storage::status open();
+  // Stops and joins the broker's own threads that read the store (the depth count after open, a
+  // running `escrow backup`, which is waited for). Call once the I/O pool has stopped and before
+  // the store is closed: they must not outlive it.
+  void stop_store_readers();
+
+  // Logins are checked by `a` (which must outlive the broker); without one, everyone is anonymous
+  // with every permission. Call before the first connection.
+  void use_authenticator(authenticator* a);
+  authenticator* authentication() const;  // null when anonymous. Thread-safe.
+
+  // ADMIN frames are answered by `h` (broker/admin: handle_admin_command), which sees the core
+  // through admin_core.h; without one every ADMIN frame is answered invalid. Call before the first
+  // connection.
+  void use_admin(admin_handler h);
+
+  // A fresh id for a new connection. Thread-safe.
+  std::uint64_t new_connection_id();
+
+  // The session accepted CONNECT: the core answers CONNECTED through `out`.
+  void on_connect(std::uint64_t connection_id, std::shared_ptr<outbound> out, connect_info info);
+  // Whether sessions should stop reading for now: more than limits.max-unstored-bytes of received
+  // frames wait for the core or for the disk. Thread-safe.
+  bool reading_paused() const;
+  // The graceful stop: from now on no session hands the core another frame (what it reads is
+  // dropped), so that the last writes and their receipts are a closed set. Thread-safe.
+  void stop_input();
+  bool input_stopped() const;
+
+  // Frames after CONNECT, in arrival order (all those one read brought).
+  void on_frames(std::uint64_t connection_id, std::vector<frame> frames);
+  // The connection is gone: its unacknowledged messages return to their queues.
+  void on_closed(std::uint64_t connection_id);
+  // The connection's socket has drained what was pending: deliveries may resume.
+  void on_writable(std::uint64_t connection_id);
+
+  // Builds a metrics snapshot on the core strand and calls `done` there with it (the caller posts
+  // it on to its own executor; `done` must not block). Thread-safe. Defined in metrics_collect.cpp.
+  void collect_metrics(std::function<void(metrics_snapshot)> done);
+
+  // Calls `done` (on the core strand; it must not block) once every write submitted before this
+  // call has completed and the answers it brought (receipts, ERRORs) are handed to their sessions:
+  // the graceful stop's last step before it closes the connections. Thread-safe.
+  void after_stored(std::function<void()> done);
+
+  // The listeners as bound ("HOST:PORT", " (tls)" appended), for `escrow status`. Thread-safe.
+  void set_listeners(std::vector<std::string> listeners);
+
+  // SIGHUP: takes what can change at run time from `fresh` (address settings, the reaper's period,
+  // persist-delivery-count-before-delivery) and logs what changed. Thread-safe (posts to the core).
+  void reload(const broker_config& fresh);
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace escrow::broker

@@ -1,0 +1,44 @@
+// SIGHUP, the core's part (reload_configuration in net/reload.cpp reads the file and calls it): the
+// keys the core applies at run time, taken on the core strand, then what they change put in force.
+#include <spdlog/spdlog.h>
+
+#include "core.h"
+#include "core_timers.h"
+
+namespace escrow::broker {
+namespace {
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& i : items) out += (out.empty() ? "" : ", ") + i;
+  return out;
+}
+
+}  // namespace
+
+void broker::reload(const broker_config& fresh) {
+  impl_->post([m = impl_.get(), fresh] {
+    broker_config& c = m->config;
+    bool reaper = c.message_expiry_scan_period_ms != fresh.message_expiry_scan_period_ms;
+    std::vector<std::string> changed = apply_reloadable_keys(c, fresh);
+    if (reaper) {
+      m->timers->reaper.cancel();
+      m->schedule_reaper();
+    }
+    m->undelivered.settings_cache.clear();
+    storage::batch created;
+    m->create_undelivered_queues(created);
+    if (!created.empty())
+      m->submit(std::move(created), [](const storage::status& s) {
+        if (!s.ok()) spdlog::warn("SIGHUP: new undelivered queues' records not stored yet: {}", s.message());
+      });
+    m->grants_cache.clear();
+    spdlog::info("SIGHUP: reloaded {}: {}", c.config_file, join(changed));
+    // Messages that waited for a setting (e.g. a lower max-delivery-attempts) move on their next
+    // delivery; queues are offered again so that this happens now where consumers wait.
+    for (auto& [id, q] : m->topology.queues_by_id) m->dispatch(q);
+    m->flush();
+  });
+}
+
+}  // namespace escrow::broker

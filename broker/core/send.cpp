@@ -1,0 +1,256 @@
+// SEND: validating the frame, routing it to queues (anycast) or topic subscriptions (multicast),
+// and storing a persistent message once, with an entry per durable target, before any consumer
+// sees it and before its RECEIPT (durability point 1).
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "core.h"
+#include "escrow/broker/security/names.h"
+#include "reserved_headers.h"
+#include "escrow/storage/coding.h"
+#include "escrow/storage/schema.h"
+#include "escrow/storage/store.h"
+
+namespace escrow::broker {
+namespace {
+
+constexpr std::string_view kQueuePrefix = "/queue/";
+constexpr std::string_view kTopicPrefix = "/topic/";
+
+// "/queue/NAME" or "/topic/NAME" with a non-empty name.
+bool is_destination(std::string_view dest) {
+  return dest.size() > kQueuePrefix.size() &&
+         (dest.substr(0, kQueuePrefix.size()) == kQueuePrefix || dest.substr(0, kTopicPrefix.size()) == kTopicPrefix);
+}
+
+// Headers the server writes on MESSAGE itself; a SEND's own copies of them are not kept.
+bool is_server_header(std::string_view name) {
+  return name == "destination" || name == "receipt" || name == "transaction" || name == "content-length" ||
+         name == "message-id" || name == "subscription" || name == "ack" || name == "redelivered" ||
+         name == "delivery-count";
+}
+
+template <typename T>
+bool parse_number(std::string_view text, T& out) {
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return !text.empty() && ec == std::errc() && end == text.data() + text.size();
+}
+
+}  // namespace
+
+// Until a batch carrying the queue's record has completed, every batch that writes for the queue
+// carries it again (a put of the same value): a refused batch must not leave the queue's entries
+// stored without the record that says whose they are (DESIGN.md invariant 8). submit() marks the
+// record durable when a batch carrying it completes (confirm_records).
+void broker::impl::persist_queue_record(const queue_ptr& qp, storage::batch& b) {
+  queue& q = *qp;
+  if (q.record_durable || !q.durable()) return;
+  storage::queue_record r;
+  r.id = q.id();
+  r.type = q.type() == queue::kind::durable_subscription ? storage::queue_record::kind::durable_subscription
+                                                          : storage::queue_record::kind::queue;
+  r.topic = q.topic();
+  r.creator = q.creator;
+  b.put(storage::table::queues, q.storage_key, r.encode());
+  storage::put_next_queue_id(b, topology.next_queue_id);
+  if (std::find(topology.records_carried.begin(), topology.records_carried.end(), qp) == topology.records_carried.end())
+    topology.records_carried.push_back(qp);
+}
+
+queue_ptr broker::impl::find_by_id(std::uint32_t id) const {
+  auto it = topology.queues_by_id.find(id);
+  return it == topology.queues_by_id.end() ? nullptr : it->second;
+}
+
+void broker::impl::add_queue(const queue_ptr& q) {
+  if (q->durable()) topology.queues.emplace(q->storage_key, q);
+  topology.queues_by_id.emplace(q->id(), q);
+  count_queue(*q, 1);
+}
+
+void broker::impl::remove_queue(const queue_ptr& q) {
+  auto it = topology.queues.find(q->storage_key);
+  if (it != topology.queues.end() && it->second == q) {
+    topology.retire(*q);  // its counters stay in the broker-wide totals
+    topology.queues.erase(it);
+  }
+  auto by_id = topology.queues_by_id.find(q->id());
+  if (by_id == topology.queues_by_id.end() || by_id->second != q) return;
+  topology.queues_by_id.erase(by_id);
+  count_queue(*q, -1);
+}
+
+queue_ptr broker::impl::find_or_create_queue(const std::string& name, storage::batch& b,
+                                             const std::optional<std::string>& creator) {
+  std::string key = "q/" + name;
+  auto it = topology.queues.find(key);
+  if (it != topology.queues.end()) {
+    queue_ptr& q = it->second;
+    q->unused_since_ms = 0;
+    q->dropping = false;           // an auto-delete in flight: the queue stays (auto_delete.cpp)
+    persist_queue_record(q, b);  // a no-op once its record is durable
+    return q;
+  }
+  auto q = std::make_shared<queue>(topology.next_queue_id++, name, queue::kind::queue, "", &store,
+                                   config.queue_memory_window);
+  q->storage_key = key;
+  q->creator = creator;
+  add_queue(q);
+  persist_queue_record(q, b);
+  return q;
+}
+
+bool broker::impl::resolve_destination(std::string_view dest, storage::batch& records, std::vector<queue_ptr>& out,
+                                       const std::optional<std::string>& creator) {
+  if (dest.substr(0, kQueuePrefix.size()) == kQueuePrefix && dest.size() > kQueuePrefix.size()) {
+    out.push_back(find_or_create_queue(std::string(dest.substr(kQueuePrefix.size())), records, creator));
+    return true;
+  }
+  if (dest.substr(0, kTopicPrefix.size()) == kTopicPrefix && dest.size() > kTopicPrefix.size()) {
+    auto t = topology.topics.find(std::string(dest.substr(kTopicPrefix.size())));
+    if (t != topology.topics.end()) out = t->second.subscriptions;
+    for (const auto& q : out) persist_queue_record(q, records);
+    return true;
+  }
+  return false;
+}
+
+bool broker::impl::route(const connection_ptr& c, frame& f, routed_message& out, storage::batch& records) {
+  const std::string* destination = f.find("destination");
+  if (!destination) return error(*c, "SEND frame has no destination header", &f), false;
+
+  storage::message_record record;
+  std::string_view persistent = f.get("persistent", "true");
+  if (persistent != "true" && persistent != "false")
+    return error(*c, "invalid persistent header '" + std::string(persistent) + "': use true or false", &f), false;
+  record.persistent = persistent == "true";
+  if (const std::string* p = f.find("priority")) {
+    unsigned priority = 0;
+    if (!parse_number(*p, priority) || priority > 9)
+      return error(*c, "invalid priority header '" + *p + "': use an integer from 0 to 9", &f), false;
+    record.priority = static_cast<std::uint8_t>(priority);
+  }
+  if (const std::string* e = f.find("expires")) {
+    if (!parse_number(*e, record.expires))
+      return error(*c, "invalid expires header '" + *e + "': use epoch milliseconds, 0 for never", &f), false;
+  }
+
+  std::vector<queue_ptr> targets;
+  if (is_destination(*destination))
+    if (auto problem = name_problem(destination->substr(kQueuePrefix.size())))
+      return error(*c, "invalid destination '" + loggable(*destination) + "': " + *problem, &f), false;
+  if (is_destination(*destination) && !permitted(*c, permission::send, destination->substr(kQueuePrefix.size()), &f))
+    return false;
+  if (destination->rfind(kQueuePrefix, 0) == 0 && !may_create_queue(*c, "q/" + destination->substr(kQueuePrefix.size()), &f))
+    return false;
+  if (!resolve_destination(*destination, records, targets, c->info.user))
+    return error(*c, "invalid destination '" + *destination + "': use /queue/NAME or /topic/NAME", &f), false;
+  // A message sent without a time to live gets its address's expiry-delay, if one is set.
+  if (record.expires == 0) {
+    std::string address = destination->substr(kQueuePrefix.size());  // "/queue/" and "/topic/" are as long
+    std::int64_t delay = settings_for(address).expiry_delay_ms;
+    if (delay >= 0) record.expires = now_ms() + static_cast<std::uint64_t>(delay);
+  }
+
+  record.destination = *destination;
+  record.timestamp = now_ms();
+  for (auto& [name, value] : f.headers) {
+    // What the broker writes itself, and what another tenant could forge, is not the sender's.
+    if (is_server_header(name) || is_reserved_header(name)) continue;
+    bool seen = false;  // a repeated header: the first occurrence wins
+    for (auto& h : record.headers) seen = seen || h.first == name;
+    if (!seen) record.headers.emplace_back(std::move(name), std::move(value));
+  }
+  if (config.populate_validated_user && auth) record.headers.emplace_back("_AMQ_VALIDATED_USER", c->info.user);
+  record.body = std::move(f.body);
+
+  auto msg = std::make_shared<message>();
+  msg->id = next_message_id++;
+  msg->record = std::move(record);
+  out.msg = msg;
+  for (auto& q : targets) {
+    bool stored = msg->record.persistent && q->durable();
+    out.entries.emplace_back(q, queue_entry{storage::entry_key{q->id(), msg->record.priority, msg->id}, 0, stored, msg});
+  }
+  return true;
+}
+
+void broker::impl::publish(std::vector<std::pair<queue_ptr, queue_entry>>& entries) {
+  for (auto& [q, e] : entries) {
+    if (e.stored) q->release_hold(e.key);
+    ++q->counters.enqueued;
+    ++q->counters.depth;
+    q->push(std::move(e));
+  }
+  for (auto& [q, e] : entries) dispatch(q);
+}
+
+void broker::impl::handle_send(const connection_ptr& c, frame& f) {
+  rm::branch_ptr branch;
+  if (!branch_for(c, f, branch)) return;
+  // storage.max-size and storage.min-free-disk refuse new persistent messages before the disk is
+  // full; acknowledgements and commits go on, and sends resume by themselves once there is room.
+  if (f.get("persistent", "true") != "false") {
+    if (storage::status room = store.send_room(); !room.ok())
+      return error(*c, "message not stored: " + room.message(), &f);
+  }
+  // RabbitMQ's rule: a user-id header names the user that logged in, or the SEND is refused (before
+  // anything, a new queue say, is made for it).
+  if (auth)
+    for (const auto& [name, value] : f.headers)
+      if (name == "user-id" && value != c->info.user)
+        return error(*c, "SEND's user-id header '" + value + "' is not the user this connection logged in as ('" +
+                             c->info.user + "'): leave it out or give your own login", &f);
+  // What a transaction holds in memory until it ends is bounded, per transaction and per user.
+  if (branch && takes_work(*branch)) {
+    std::uint64_t bytes = f.body.size();
+    for (const auto& [name, value] : f.headers) bytes += name.size() + value.size() + 2;
+    if (!may_stage(*c, *branch, bytes, f)) return;
+  }
+  storage::batch b;
+  routed_message routed;
+  if (!route(c, f, routed, b)) return;
+
+  if (branch) {
+    // Inside a transaction the message waits in the branch; nothing is visible before commit. A
+    // branch that no longer takes work (rolled back, rollback-only) drops it: its end, prepare or
+    // commit answers XA_RB*.
+    if (takes_work(*branch)) {
+      rm::staged_send staged{routed.msg, {}};
+      for (auto& [q, e] : routed.entries) staged.targets.push_back(rm::send_target{e.key, e.stored});
+      branch->work.sends.push_back(std::move(staged));
+    }
+    return receipt_after(c, f, std::move(b));  // b holds only new queues' records
+  }
+
+  std::vector<storage::entry_key> stored;
+  b.reserve(routed.msg->record.body.size() + 256 + 32 * routed.entries.size());
+  for (auto& [q, e] : routed.entries) {
+    if (!e.stored) continue;
+    q->hold(e.key);
+    stored.push_back(e.key);
+  }
+  if (stored.empty()) {
+    // Only new queues' records: nothing waits for them (the next write carries them again if refused).
+    if (!b.empty())
+      submit(std::move(b), [](const storage::status& s) {
+        if (!s.ok()) spdlog::warn("a new queue's record was not stored: {}", s.message());
+      });
+    publish(routed.entries);
+    return receipt(*c, f);
+  }
+  storage::put_message(b, routed.msg->id, routed.msg->record, stored);
+  storage::put_next_message_id(b, next_message_id);
+
+  // Nobody sees the message until it is durable: consumers get it from the completion.
+  receipt_after(c, f, std::move(b), "message",
+                [this, entries = std::move(routed.entries)](bool stored) mutable {
+                  if (stored) return publish(entries);
+                  for (auto& [q, e] : entries)
+                    if (e.stored) q->release_hold(e.key);
+                });
+}
+
+}  // namespace escrow::broker

@@ -1,0 +1,422 @@
+// Wiring: TLS contexts, store, core, acceptors (plain and TLS), sessions, signals and the I/O
+// thread pool.
+#include "escrow/broker/net/server.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "escrow/broker/config/users_file.h"
+#include "escrow/broker/security/authenticator.h"
+#include "escrow/broker/core/broker.h"
+#include "graceful_stop.h"
+#include "reload.h"
+#include "escrow/storage/store.h"
+#include "escrow/broker/admin/admin.h"
+#include "escrow/broker/admin/http_server.h"
+#include "session.h"
+#include "tls.h"
+
+namespace escrow::broker {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+// The sessions alive, so that shutdown can close them; weak so a closed session can go.
+struct session_registry {
+  std::mutex mutex;
+  std::vector<std::weak_ptr<session_base>> sessions;  // guarded by mutex
+
+  void add(const std::shared_ptr<session_base>& s) {
+    std::lock_guard lock(mutex);
+    std::erase_if(sessions, [](const std::weak_ptr<session_base>& w) { return w.expired(); });
+    sessions.push_back(s);
+  }
+  std::size_t live() {  // sessions not yet destroyed
+    std::lock_guard lock(mutex);
+    std::erase_if(sessions, [](const std::weak_ptr<session_base>& w) { return w.expired(); });
+    return sessions.size();
+  }
+  std::size_t finish_all() {  // each writes what is queued, then closes; returns how many were alive
+    std::lock_guard lock(mutex);
+    std::size_t n = 0;
+    for (auto& w : sessions)
+      if (auto s = w.lock()) {
+        s->finish();
+        ++n;
+      }
+    return n;
+  }
+};
+
+// Accepts connections for one listener; `tls` is its context, nullptr for a plain listener.
+asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, broker& core, const broker_config& config,
+                                  session_registry& registry, asio::ssl::context* tls) {
+  for (;;) {
+    auto [ec, socket] = co_await acceptor.async_accept(asio::make_strand(acceptor.get_executor()),
+                                                       asio::as_tuple(asio::use_awaitable));
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+      spdlog::warn("accept failed: {}", ec.message());
+      continue;
+    }
+    // limits.max-connections: refused before any session is made, so a flood of connections costs
+    // a file descriptor for a moment and no more. A plain client is told why.
+    if (registry.live() >= config.max_connections) {
+      boost::system::error_code ignored;
+      auto peer = socket.remote_endpoint(ignored);
+      spdlog::warn("connection from {} refused: {} connections open (limits.max-connections)",
+                   peer.address().to_string(), config.max_connections);
+      if (!tls) {
+        static const std::string refusal =
+            "ERROR\ncontent-type:text/plain\nmessage:too many connections (limits.max-connections)\n\n"
+            "the broker has its maximum number of connections open; try again later\n";
+        std::string bytes = refusal;
+        bytes.push_back('\0');
+        socket.non_blocking(true, ignored);
+        socket.write_some(asio::buffer(bytes), ignored);  // best effort: never blocks the acceptor
+      }
+      socket.close(ignored);
+      continue;
+    }
+    if (tls) {
+      auto s = std::make_shared<tls_session>(tls_stream(std::move(socket), *tls), core, config);
+      registry.add(s);
+      s->start();
+    } else {
+      auto s = std::make_shared<plain_session>(std::move(socket), core, config);
+      registry.add(s);
+      s->start();
+    }
+  }
+}
+
+// Binds and listens on `address`; nullptr after logging why not.
+std::unique_ptr<tcp::acceptor> open_acceptor(asio::io_context& io, const listen_address& address) {
+  boost::system::error_code ec;
+  auto ip = asio::ip::make_address(address.host, ec);
+  if (ec) {
+    spdlog::critical("cannot listen on {}:{}: '{}' is not an IP address", address.host, address.port, address.host);
+    return nullptr;
+  }
+  auto acceptor = std::make_unique<tcp::acceptor>(io);
+  tcp::endpoint endpoint(ip, address.port);
+  acceptor->open(endpoint.protocol(), ec);
+  if (!ec) acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor->bind(endpoint, ec);
+  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    spdlog::critical("cannot listen on {}:{}: {}", address.host, address.port, ec.message());
+    return nullptr;
+  }
+  return acceptor;
+}
+
+// Who besides the owner `mode` lets in at all: "its group", "others", "its group and others"; "".
+std::string who_else(mode_t mode) {
+  bool group = mode & S_IRWXG, others = mode & S_IRWXO;
+  return group && others ? "its group and others" : group ? "its group" : others ? "others" : "";
+}
+
+// The store is every message: a data directory others may enter exposes them (or lets them
+// replace the files when they may write). escrowd makes its own directory 0700; this catches one
+// made by hand or by an older release.
+void warn_if_data_dir_open(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return;
+  std::string who = who_else(st.st_mode);
+  if (who.empty()) return;
+  bool writable = st.st_mode & (S_IWGRP | S_IWOTH);
+  spdlog::warn("data directory {} is open to {} (mode {:04o}): they may read every stored message{}; make it "
+               "private: chmod 0700 {} (docs/security.md)",
+               dir, who, st.st_mode & 07777, writable ? " and change or remove the store" : "", dir);
+}
+
+// [http] listen: the monitoring endpoint, its acceptor closed with the others at a stop signal.
+bool start_http(asio::io_context& io, const asio::any_io_executor& accepts, const broker_config& config,
+                http_context& http, std::vector<token_digest> tokens,
+                std::vector<std::unique_ptr<tcp::acceptor>>& acceptors) {
+  if (!config.http_listen) return true;
+  auto acceptor = open_acceptor(io, *config.http_listen);
+  if (!acceptor) return false;
+  auto bound = acceptor->local_endpoint();
+  spdlog::info("http listening on {}:{}", bound.address().to_string(), bound.port());
+  bool token = !tokens.empty();
+  http.port = bound.port();
+  auto access = std::make_shared<http_access>(
+      make_http_access(config.http_listen->host, bound.port(), config.http_allowed_hosts, std::move(tokens)));
+  if (token)
+    spdlog::info("http: every request but /health needs a bearer token from {} ({} token{})", config.http_token_file,
+                 access->tokens.size(), access->tokens.size() == 1 ? "" : "s");
+  if (!bound.address().is_loopback() && !token)
+    spdlog::warn("http: {} is not a loopback address: /metrics and /status are open to the network, without "
+                 "authentication; set [http] token-file, or bind [http] listen to 127.0.0.1 unless that is intended",
+                 bound.address().to_string());
+  if (access->any_host && !token)
+    spdlog::warn("http: allowed-hosts holds \"*\": the Host header is not checked, so a web page whose name "
+                 "points here (DNS rebinding) can read /metrics and /status; set [http] token-file too");
+  http.set_access(std::move(access));
+  start_http_server(*acceptor, http, accepts);
+  acceptors.push_back(std::move(acceptor));
+  return true;
+}
+
+// Exit codes of run_server (docs/operations.md): 2 a bad configuration, 1 a failure to start.
+constexpr int kBadConfiguration = 2;
+constexpr int kCannotStart = 1;
+
+// Anonymous access (no users file) is for a broker only this host can reach: false (logged) when a
+// listener is elsewhere, or there is none.
+bool listeners_allowed(const broker_config& config) {
+  if (config.listen.empty() && config.tls_listeners.empty()) {
+    spdlog::critical("bad configuration: nothing to listen on (listen is empty and there is no [[tls-listener]])");
+    return false;
+  }
+  if (!config.users_file.empty()) return true;
+  std::vector<listen_address> all = config.listen;
+  for (const auto& t : config.tls_listeners) all.push_back(t.listen);
+  for (const auto& a : all) {
+    boost::system::error_code ec;
+    auto ip = asio::ip::make_address(a.host, ec);
+    if (ec || !ip.is_loopback()) {
+      spdlog::critical("bad configuration: the listener {}:{} is not on a loopback address and there is no "
+                       "[security] users-file: anonymous access is allowed only on loopback. Set users-file "
+                       "(docs/security.md) or listen on 127.0.0.1 or ::1",
+                       a.host, a.port);
+      return false;
+    }
+  }
+  return true;
+}
+
+// The users file, when one is named (null: anonymous). False (logged) when it cannot be read.
+bool load_users(const broker_config& config, std::shared_ptr<const users_table>& users) {
+  if (config.users_file.empty()) return true;
+  auto table = std::make_shared<users_table>();
+  if (std::string err = load_users_file(config.users_file, *table); !err.empty()) {
+    spdlog::critical("bad users file: {}", err);
+    return false;
+  }
+  spdlog::info("users file {}: {} users", config.users_file, table->by_name.size());
+  if (std::string warning = users_file_exposure(config.users_file); !warning.empty()) spdlog::warn("{}", warning);
+  users = std::move(table);
+  return true;
+}
+
+// One TLS context per [[tls-listener]], loaded before anything else so that a wrong path is
+// reported at once. False (logged) when one cannot be made.
+bool load_tls_contexts(const broker_config& config, std::vector<std::unique_ptr<asio::ssl::context>>& out) {
+  for (const auto& listener : config.tls_listeners) {
+    std::string error;
+    auto context = make_server_tls_context(listener, &error);
+    if (!context) {
+      spdlog::critical("bad configuration: {}", error);
+      return false;
+    }
+    out.push_back(std::move(context));
+  }
+  return true;
+}
+
+// [http] token-file, read before the store is opened like the TLS files. Others should not read
+// it: whoever has the token reads /metrics and /status.
+bool load_http_tokens(const broker_config& config, std::vector<token_digest>& tokens) {
+  if (std::string err = load_http_token_file(config, tokens); !err.empty()) {
+    spdlog::critical("bad configuration: {}", err);
+    return false;
+  }
+  if (struct stat st {}; !config.http_token_file.empty() && ::stat(config.http_token_file.c_str(), &st) == 0 &&
+                         (st.st_mode & S_IRWXO))
+    spdlog::warn("http: the token file {} is open to others (mode {:04o}): anyone who reads it can read /metrics "
+                 "and /status; chmod 0640 {} (owner root, group of escrowd) or 0600",
+                 config.http_token_file, st.st_mode & 07777, config.http_token_file);
+  return true;
+}
+
+// Opens the store the configuration names; 0, or the exit code (logged).
+int open_store(const broker_config& config, std::unique_ptr<storage::store>& store) {
+  storage::store_options options;
+  options.path = config.data_dir;
+  options.map_size = config.map_size;
+  options.max_group_batches = config.max_group_batches;
+  options.max_size = config.max_size;
+  options.map_size_limit = config.max_map_size;
+  options.min_free_disk = config.min_free_disk;
+  options.log_size = config.log_size;
+  options.checkpoint_interval_ms = config.checkpoint_interval_ms;
+  // Test builds only: ESCROW_FAULTS makes chosen commits or syncs fail (docs/storage.md).
+  if (const char* faults = std::getenv("ESCROW_FAULTS"); faults && *faults) {
+    std::string error;
+    if (!storage::fault_plan::parse(faults, options.faults, error)) {
+      spdlog::critical("bad ESCROW_FAULTS: {}", error);
+      return kBadConfiguration;
+    }
+  }
+  if (storage::status s = storage::store::open(options, store); !s.ok()) {
+    spdlog::critical("cannot start: {}", s.message());
+    return kCannotStart;
+  }
+  warn_if_data_dir_open(config.data_dir);
+  return 0;
+}
+
+// The committer thread keeps one core busy under load; the I/O pool (which also runs the core
+// strand) gets the others. On this project's 2-core machines one I/O thread measured faster than
+// two (docs/performance.md).
+unsigned io_threads_for(const broker_config& config) {
+  if (config.io_threads != 0) return config.io_threads;
+  unsigned cores = std::thread::hardware_concurrency();  // 0 when unknown
+  return cores > 2 ? cores - 1 : 1;
+}
+
+// Binds every listener (plain ones first: their "listening on" lines come first, tests read the
+// first one) and starts its accept loop on `accepts`; tells `http` and the core where they are.
+// False (logged) when one cannot bind.
+bool start_listeners(asio::io_context& io, const asio::any_io_executor& accepts, const broker_config& config,
+                     broker& core, session_registry& registry,
+                     const std::vector<std::unique_ptr<asio::ssl::context>>& tls_contexts, http_context& http,
+                     std::vector<std::unique_ptr<tcp::acceptor>>& acceptors) {
+  std::size_t listeners = config.listen.size() + config.tls_listeners.size();
+  for (std::size_t i = 0; i < listeners; ++i) {
+    bool tls = i >= config.listen.size();
+    const listen_address& address = tls ? config.tls_listeners[i - config.listen.size()].listen : config.listen[i];
+    asio::ssl::context* context = tls ? tls_contexts[i - config.listen.size()].get() : nullptr;
+    auto acceptor = open_acceptor(io, address);
+    if (!acceptor) return false;
+    auto bound = acceptor->local_endpoint();
+    std::string where = bound.address().to_string() + ":" + std::to_string(bound.port());
+    // Tests and scripts read this line to learn the port when 0 was asked for.
+    spdlog::info("listening on {}{}", where, tls ? " (tls)" : "");
+    asio::co_spawn(accepts, accept_loop(*acceptor, core, config, registry, context), asio::detached);
+    acceptors.push_back(std::move(acceptor));
+    http.listeners.push_back(tls ? where + " (tls)" : where);
+  }
+  core.set_listeners(http.listeners);  // for `escrow status`
+  return true;
+}
+
+// SIGINT and SIGTERM stop gracefully: listeners, then connections (their deliveries return to
+// their queues), then the pool stops and the store is closed by run_server; each step is logged
+// (graceful_stop.h). The handler shares the accept loops' strand: an acceptor is not safe to close
+// on one thread while another starts an accept on it.
+void on_stop_signal(asio::signal_set& signals, const asio::any_io_executor& accepts, asio::io_context& io,
+                    broker& core, http_context& http, session_registry& registry,
+                    std::vector<std::unique_ptr<tcp::acceptor>>& acceptors) {
+  signals.async_wait(asio::bind_executor(accepts, [&](const boost::system::error_code& ec, int signal) {
+    if (ec) return;
+    stop_hooks hooks;
+    hooks.close_listeners = [&] {
+      http.listeners_up = false;
+      for (auto& a : acceptors) {
+        boost::system::error_code ignored;
+        a->close(ignored);
+      }
+      return acceptors.size();
+    };
+    hooks.close_connections = [&] { return registry.finish_all(); };
+    stop_gracefully(io, core, signal, std::move(hooks));
+  }));
+}
+
+// SIGHUP re-reads the configuration file and applies what can change at run time, every time.
+void on_hangup(asio::signal_set& hangups, const broker_config& config, broker& core, http_context& http) {
+  hangups.async_wait([&](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    reload_configuration(config, core, &http);
+    on_hangup(hangups, config, core, http);
+  });
+}
+
+// Closes the store while the I/O context still exists: its committer finishes what was submitted
+// and posts the completions into the stopped context, where they are dropped.
+void close_store(broker& core, std::unique_ptr<storage::store>& store) {
+  core.stop_store_readers();  // a read of the store must not outlive it
+  spdlog::info("stopping: closing the store (the committer finishes every write already submitted)");
+  bool writable = store->stats().writable;
+  store.reset();
+  if (writable)
+    spdlog::info("stopping: store closed cleanly");
+  else
+    spdlog::warn("stopping: store closed; it had refused writes since a failed commit (see above)");
+}
+
+}  // namespace
+
+int run_server(const broker_config& config) {
+  std::shared_ptr<const users_table> users;
+  // The TLS contexts outlive the I/O context: sessions still queued in it at the end use them.
+  std::vector<std::unique_ptr<asio::ssl::context>> tls_contexts;
+  std::vector<token_digest> http_tokens;
+  if (!listeners_allowed(config) || !load_users(config, users) || !load_tls_contexts(config, tls_contexts) ||
+      !load_http_tokens(config, http_tokens))
+    return kBadConfiguration;
+  std::unique_ptr<storage::store> store;
+  if (int code = open_store(config, store); code != 0) return code;
+
+  unsigned io_threads = io_threads_for(config);
+  asio::io_context io(static_cast<int>(io_threads));
+  // After the I/O context, so destroyed before it: the login threads join while the context the
+  // checks answer to still exists.
+  authenticator auth(users, login_limits{config.login_backoff_max_ms, config.login_threads,
+                                         config.max_waiting_logins_per_address, config.max_pending_logins});
+  broker core(io, *store, config);
+  // On every return from here on, `core` must not be destroyed before the store's committer has
+  // finished: the completions of what open() or a client submitted call into it. An early return
+  // (a listener that cannot bind) closes the store here; the normal stop does it below, with logs.
+  struct store_closer {
+    broker& core;
+    std::unique_ptr<storage::store>& store;
+    ~store_closer() {
+      core.stop_store_readers();
+      store.reset();
+    }
+  } closer{core, store};
+  core.use_authenticator(&auth);
+  core.use_admin(handle_admin_command);
+  if (storage::status s = core.open(); !s.ok()) {
+    spdlog::critical("cannot load the store: {}", s.message());
+    return kCannotStart;
+  }
+
+  session_registry registry;
+  http_context http(core);
+  std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
+  // Installed before anything says "ready": a SIGTERM right after that must stop us cleanly.
+  asio::any_io_executor accepts = asio::make_strand(io);
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  on_stop_signal(signals, accepts, io, core, http, registry, acceptors);
+  asio::signal_set hangups(io, SIGHUP);
+  on_hangup(hangups, config, core, http);
+  if (!start_listeners(io, accepts, config, core, registry, tls_contexts, http, acceptors) ||
+      !start_http(io, accepts, config, http, std::move(http_tokens), acceptors))
+    return kCannotStart;
+  http.listeners_up = true;
+  spdlog::info("escrowd ready, data in {}", config.data_dir);
+
+  std::vector<std::thread> pool;
+  for (unsigned i = 1; i < io_threads; ++i) pool.emplace_back([&io] { io.run(); });
+  io.run();
+  for (auto& t : pool) t.join();
+  close_store(core, store);
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace escrow::broker

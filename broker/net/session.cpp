@@ -1,0 +1,503 @@
+// The network side of a connection (see session.h). All members are touched on the session's
+// strand; pending_bytes_ is the one value the core reads from its own strand. Written once for any
+// stream; the few places where TLS differs (handshake, how a write is laid out) use if constexpr.
+#include "session.h"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <span>
+#include <tuple>
+#include <vector>
+
+#include "escrow/broker/security/authenticator.h"
+
+namespace escrow::broker {
+
+namespace asio = boost::asio;
+using asio::use_awaitable;
+constexpr auto kNoThrow = asio::as_tuple(use_awaitable);
+
+namespace {
+
+// The calling thread's buffer for plain reads. A function of its own, not a thread_local in the
+// coroutine: a coroutine resumed on another thread must not keep the first thread's address.
+[[gnu::noinline]] std::vector<char>& read_scratch(std::size_t size) {
+  thread_local std::vector<char> scratch;
+  if (scratch.size() < size) scratch.resize(size);
+  return scratch;
+}
+
+// Submits a password check to the authenticator and completes with its verdict on the caller's
+// executor; the I/O thread is free meanwhile.
+template <typename Token>
+auto async_check(authenticator& auth, login_request request, Token&& token) {
+  return asio::async_initiate<Token, void(login_result)>(
+      [&auth](auto handler, login_request request) {
+        auto home = asio::get_associated_executor(handler);
+        auto shared = std::make_shared<decltype(handler)>(std::move(handler));
+        auth.submit(std::move(request), [shared, home](login_result verdict) {
+          asio::post(home, [shared, verdict = std::move(verdict)]() mutable { std::move(*shared)(std::move(verdict)); });
+        });
+      },
+      token, std::move(request));
+}
+
+}  // namespace
+
+template <typename Stream>
+basic_session<Stream>::basic_session(Stream stream, broker& core, const broker_config& config)
+    : stream_(std::move(stream)), core_(core), config_(config), id_(core.new_connection_id()),
+      parser_(config.frames), wake_writer_(stream_.get_executor()), watchdog_timer_(stream_.get_executor()),
+      handshake_done_(!kTls) {
+  boost::system::error_code ec;
+  auto ep = stream_.lowest_layer().remote_endpoint(ec);
+  peer_ip_ = ec ? "unknown" : ep.address().to_string();
+  peer_ = ec ? "unknown" : peer_ip_ + ":" + std::to_string(ep.port());
+  stream_.lowest_layer().set_option(asio::ip::tcp::no_delay(true), ec);
+}
+
+template <typename Stream>
+void basic_session<Stream>::start() {
+  spdlog::debug("connection {} from {}{}", id_, peer_, kTls ? " (tls)" : "");
+  if constexpr (kTls) {
+    asio::co_spawn(stream_.get_executor(), [self = shared_from_this()]() { return self->handshake(); }, asio::detached);
+  } else {
+    run();
+  }
+}
+
+template <typename Stream>
+void basic_session<Stream>::run() {
+  auto self = shared_from_this();
+  live_coroutines_ = 3;
+  asio::co_spawn(stream_.get_executor(), [self]() { return self->read_loop(); }, asio::detached);
+  asio::co_spawn(stream_.get_executor(), [self]() { return self->write_loop(); }, asio::detached);
+  asio::co_spawn(stream_.get_executor(), [self]() { return self->watchdog(); }, asio::detached);
+}
+
+// The TLS handshake, bounded by connect-timeout-ms: the timer closes the socket, which ends the
+// handshake with an error. Nothing is read or written as STOMP before it succeeds.
+template <typename Stream>
+asio::awaitable<void> basic_session<Stream>::handshake() {
+  if constexpr (kTls) {
+    watchdog_timer_.expires_at(started_ + std::chrono::milliseconds(config_.connect_timeout_ms));
+    watchdog_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec || self->handshake_done_) return;
+      self->handshake_timed_out_ = true;
+      self->close_socket();
+    });
+    auto [ec] = co_await stream_.async_handshake(asio::ssl::stream_base::server, kNoThrow);
+    handshake_done_ = true;
+    watchdog_timer_.cancel();
+    if (ec || closing_) {
+      if (handshake_timed_out_)
+        spdlog::info("connection {} from {}: TLS handshake not finished within {} ms (connect-timeout-ms); closed",
+                     id_, peer_, config_.connect_timeout_ms);
+      else if (!closing_)
+        spdlog::info("connection {} from {}: TLS handshake failed: {}; closed", id_, peer_,
+                     handshake_failure_reason(stream_, ec));
+      close_socket();
+      co_return;
+    }
+    peer_subject_ = peer_certificate_subject(stream_);
+    spdlog::debug("connection {} from {}: TLS handshake done ({}, {}){}", id_, peer_,
+                  SSL_get_version(stream_.native_handle()), SSL_get_cipher_name(stream_.native_handle()),
+                  peer_subject_.empty() ? "" : ", client certificate " + peer_subject_);
+    run();
+  }
+  co_return;
+}
+
+template <typename Stream>
+void basic_session<Stream>::close_socket() {
+  boost::system::error_code ec;
+  stream_.lowest_layer().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+  stream_.lowest_layer().close(ec);
+}
+
+template <typename Stream>
+void basic_session<Stream>::stop() {
+  asio::post(stream_.get_executor(), [self = shared_from_this()] {
+    self->closing_ = true;
+    self->close_socket();
+    self->wake_writer_.cancel();
+    self->watchdog_timer_.cancel();
+  });
+}
+
+template <typename Stream>
+void basic_session<Stream>::send(std::string bytes) {
+  pending_bytes_.fetch_add(bytes.size(), std::memory_order_relaxed);
+  asio::post(stream_.get_executor(), [self = shared_from_this(), bytes = std::move(bytes)]() mutable {
+    self->enqueue(std::move(bytes), false);
+  });
+}
+
+template <typename Stream>
+void basic_session<Stream>::send_and_close(std::string bytes) {
+  pending_bytes_.fetch_add(bytes.size(), std::memory_order_relaxed);
+  asio::post(stream_.get_executor(), [self = shared_from_this(), bytes = std::move(bytes)]() mutable {
+    self->enqueue(std::move(bytes), true);
+  });
+}
+
+template <typename Stream>
+void basic_session<Stream>::enqueue(std::string bytes, bool close_after) {
+  if (!bytes.empty()) outgoing_.push_back(std::move(bytes));
+  if (close_after) closing_ = true;
+  wake_writer_.cancel();
+}
+
+// A protocol error seen by the session: ERROR, then close; nothing more is read or handed on.
+template <typename Stream>
+void basic_session<Stream>::fail(const std::string& problem, const std::optional<std::string>& receipt) {
+  frame e{"ERROR", {{"message", problem}}, {}};
+  if (receipt) e.add("receipt-id", *receipt);
+  e.body = problem + "\n";
+  e.add("content-type", "text/plain");
+  e.add("content-length", std::to_string(e.body.size()));
+  spdlog::info("connection {} ({}): ERROR {}", id_, peer_, problem);
+  std::string bytes = encode(e);
+  pending_bytes_.fetch_add(bytes.size(), std::memory_order_relaxed);
+  enqueue(std::move(bytes), true);
+}
+
+template <typename Stream>
+bool basic_session<Stream>::on_connect(const frame& f) {
+  // accept-version absent: a STOMP 1.0 client.
+  std::string_view accept = f.get("accept-version", "1.0");
+  std::optional<stomp_version> chosen;
+  std::size_t pos = 0;
+  while (pos <= accept.size()) {
+    std::size_t comma = accept.find(',', pos);
+    std::string_view v = accept.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    std::optional<stomp_version> candidate;
+    if (v == "1.2") candidate = stomp_version::v1_2;
+    if (v == "1.1") candidate = stomp_version::v1_1;
+    if (v == "1.0") candidate = stomp_version::v1_0;
+    if (candidate && (!chosen || *candidate > *chosen)) chosen = candidate;
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  if (!chosen) {
+    frame e{"ERROR", {{"version", "1.0,1.1,1.2"}, {"message", "no common protocol version: this broker speaks 1.0, 1.1 and 1.2"}}, {}};
+    e.body = "Supported protocol versions are 1.0, 1.1 and 1.2; the client offered " + std::string(accept) + "\n";
+    e.add("content-type", "text/plain");
+    e.add("content-length", std::to_string(e.body.size()));
+    std::string bytes = encode(e);
+    pending_bytes_.fetch_add(bytes.size(), std::memory_order_relaxed);
+    enqueue(std::move(bytes), true);
+    return false;
+  }
+  std::uint64_t client_send = 0, client_receive = 0;
+  if (const std::string* hb = f.find("heart-beat")) {
+    auto parsed = parse_heart_beat(*hb);
+    if (!parsed) {
+      fail("invalid heart-beat header '" + *hb + "': use two non-negative integers, e.g. 10000,10000", std::nullopt);
+      return false;
+    }
+    std::tie(client_send, client_receive) = *parsed;
+  }
+  parser_.set_version(*chosen);
+  connected_ = true;
+  connect_info info;
+  info.version = *chosen;
+  info.peer_certificate_subject = peer_subject_;
+  info.client_id = std::string(f.get("client-id"));
+  info.login = std::string(f.get("login"));
+  info.peer = peer_;
+  info.user = std::move(login_.user);
+  info.roles = std::move(login_.roles);
+  heartbeat_send_ms_ = negotiate_heart_beat(config_.heartbeat_send_ms, client_receive);
+  heartbeat_receive_ms_ = negotiate_heart_beat(client_send, config_.heartbeat_receive_ms);
+  // CONNECTED carries what the server offers; the client derives the same intervals from it.
+  info.heartbeat_send_ms = client_receive ? config_.heartbeat_send_ms : 0;
+  info.heartbeat_receive_ms = client_send ? config_.heartbeat_receive_ms : 0;
+  core_.on_connect(id_, shared_from_this(), std::move(info));
+  watchdog_timer_.cancel();  // re-arm for the heart-beat interval and the slow-consumer check
+  wake_writer_.cancel();                                // re-arm with the heart-beat interval
+  return true;
+}
+
+template <typename Stream>
+bool basic_session<Stream>::on_frame(frame& f) {
+  bool is_connect = f.command == "CONNECT" || f.command == "STOMP";
+  if (!connected_) {
+    if (!is_connect) {
+      fail("the first frame must be CONNECT or STOMP, not " + f.command, f.find("receipt") ? std::optional<std::string>(*f.find("receipt")) : std::nullopt);
+      return false;
+    }
+    return on_connect(f);
+  }
+  std::vector<frame> one;
+  one.push_back(std::move(f));
+  core_.on_frames(id_, std::move(one));
+  return true;
+}
+
+// Checks CONNECT's credentials (authenticator.h): answered at once when no password check is
+// needed (a login that already succeeded, a client certificate), else queued for a login thread.
+// From here on the connect timeout no longer applies: the client has sent its CONNECT, and the
+// time its check waits for its turn is the broker's, not the client's.
+template <typename Stream>
+asio::awaitable<login_result> basic_session<Stream>::authenticate(const frame& f) {
+  authenticator* auth = core_.authentication();
+  if (!auth) co_return login_result{true, {}, {}, {}};
+  login_request request{peer_ip_, std::string(f.get("login")), std::string(f.get("passcode")), peer_subject_};
+  if (auto at_once = auth->answer_at_once(request)) co_return std::move(*at_once);
+  connect_received_ = true;
+  // Named, not a temporary inside the co_await expression: g++ 12 destroyed such temporaries'
+  // members twice (free(): invalid pointer at the first login).
+  auto check = async_check(*auth, std::move(request), use_awaitable);
+  login_result verdict = co_await std::move(check);
+  co_return verdict;
+}
+
+template <typename Stream>
+asio::awaitable<void> basic_session<Stream>::read_loop() {
+  // A plain connection waits for its socket to be readable without a buffer, then reads into this
+  // thread's scratch buffer and parses at once: an idle connection holds no read buffer
+  // (docs/performance.md, "Idle connections"). A TLS connection reads into a buffer of its own
+  // (asio's TLS stream keeps the records it has read), which grows while reads fill it and goes
+  // back to its small size when they no longer do.
+  if constexpr (!kTls) {
+    boost::system::error_code ignored;
+    stream_.non_blocking(true, ignored);
+  }
+  std::vector<char> tls_buffer(kTls ? kSmallTlsRead : 0);
+  std::vector<frame> frames;
+  asio::steady_timer pause(stream_.get_executor());
+  while (!closing_) {
+    // Back-pressure: while more than max-unstored-bytes of received frames wait for the core or
+    // the disk, nothing more is read; TCP then slows the producers down. Short polls: the wait
+    // ends as soon as the committer has caught up.
+    for (bool logged = false; connected_ && !closing_ && core_.reading_paused(); logged = true) {
+      if (!logged)
+        spdlog::debug("connection {} ({}): reading paused: received frames wait for the core or the disk "
+                      "(limits.max-unstored-bytes)", id_, peer_);
+      last_read_ = clock::now();  // our choice, not the client's silence
+      pause.expires_after(std::chrono::milliseconds(2));
+      co_await pause.async_wait(kNoThrow);
+    }
+    if (closing_) break;
+    boost::system::error_code ec;
+    std::size_t n = 0;
+    const char* buffer = nullptr;
+    if constexpr (kTls) {
+      if (tls_last_read_ == tls_buffer.size() && tls_buffer.size() < kReadChunk) {
+        tls_buffer.resize(tls_buffer.size() * 2);
+      } else if (tls_last_read_ < tls_buffer.size() / 8 && tls_buffer.size() > kSmallTlsRead) {
+        std::vector<char>(kSmallTlsRead).swap(tls_buffer);
+      }
+      std::tie(ec, n) = co_await stream_.async_read_some(asio::buffer(tls_buffer), kNoThrow);
+      tls_last_read_ = n;
+      buffer = tls_buffer.data();
+    } else {
+      for (;;) {
+        std::vector<char>& scratch = read_scratch(kReadChunk);  // this thread's, after any resumption
+        buffer = scratch.data();  // used before the next suspension only
+        n = stream_.read_some(asio::buffer(scratch), ec);  // the socket is non-blocking
+        if (ec != asio::error::would_block && ec != asio::error::try_again) break;
+        std::tie(ec) = co_await stream_.async_wait(asio::ip::tcp::socket::wait_read, kNoThrow);
+        if (ec || closing_) break;
+      }
+    }
+    if (ec || closing_) break;
+    if (core_.input_stopped()) continue;  // a graceful stop: dropped; the loop waits to be closed
+    last_read_ = clock::now();
+    // A TLS ClientHello (a handshake record: 0x16 0x03) on a plain listener: the client expects
+    // TLS, so a STOMP ERROR would be noise to it. Say so in the log and close.
+    if (!kTls && !connected_ && n >= 2 && buffer[0] == 0x16 && buffer[1] == 0x03) {
+      spdlog::info("connection {} from {}: a TLS handshake on a plain listener (the client should use a "
+                   "TLS listener's port); closed",
+                   id_, peer_);
+      break;
+    }
+    frames.clear();
+    bool ok = parser_.feed(std::string_view(buffer, n), frames);
+    bool keep_reading = true;
+    std::vector<frame> for_core;  // handed to the core in one post per read
+    for (auto& f : frames) {
+      if (!connected_ || f.command == "CONNECT" || f.command == "STOMP") {
+        if (!for_core.empty()) core_.on_frames(id_, std::move(for_core));
+        for_core.clear();
+        if (!connected_ && (f.command == "CONNECT" || f.command == "STOMP")) {
+          login_ = co_await authenticate(f);
+          if (closing_) {
+            keep_reading = false;
+            break;
+          }
+          if (!login_.ok) {
+            fail(login_.problem, f.find("receipt") ? std::optional<std::string>(*f.find("receipt")) : std::nullopt);
+            keep_reading = false;
+            break;
+          }
+        }
+        if (!on_frame(f)) {
+          keep_reading = false;
+          break;
+        }
+        continue;
+      }
+      for_core.push_back(std::move(f));
+    }
+    if (!for_core.empty()) core_.on_frames(id_, std::move(for_core));
+    if (!keep_reading) break;
+    if (!ok) {
+      fail(parser_.error(), parser_.error_receipt());
+      break;
+    }
+  }
+  closing_ = true;
+  wake_writer_.cancel();
+  coroutine_done();
+}
+
+template <typename Stream>
+asio::awaitable<void> basic_session<Stream>::write_loop() {
+  std::vector<std::string> writing;
+  std::vector<asio::const_buffer> buffers;
+  for (;;) {
+    if (outgoing_.empty()) {
+      if (closing_) break;
+      if (heartbeat_send_ms_ && connected_) {
+        wake_writer_.expires_after(std::chrono::milliseconds(heartbeat_send_ms_));
+      } else {
+        wake_writer_.expires_at(clock::time_point::max());
+      }
+      auto [ec] = co_await wake_writer_.async_wait(kNoThrow);
+      // The timer ran out with nothing to send: a heart-beat keeps the client's watchdog quiet.
+      if (!ec && outgoing_.empty() && !closing_ && heartbeat_send_ms_) {
+        pending_bytes_.fetch_add(1, std::memory_order_relaxed);
+        outgoing_.push_back("\n");
+      }
+      continue;
+    }
+    writing.assign(std::make_move_iterator(outgoing_.begin()), std::make_move_iterator(outgoing_.end()));
+    outgoing_.clear();
+    buffers.clear();
+    std::size_t total = 0;
+    for (auto& s : writing) {
+      buffers.push_back(asio::buffer(s));
+      total += s.size();
+    }
+    if constexpr (kTls) {
+      // An SSL stream encrypts one buffer of a sequence per record; many small frames would each
+      // cost a record and a system call. Copied together, they go out in as few as fit.
+      flat_.clear();
+      flat_.reserve(total);
+      for (auto& s : writing) flat_ += s;
+      buffers.assign(1, asio::buffer(flat_));
+    }
+    // Written piece by piece (what async_write does inside) so that the watchdog sees progress:
+    // a slow reader that takes something is not a reader that takes nothing.
+    writing_ = true;
+    write_progress_ = clock::now();
+    boost::system::error_code ec;
+    std::size_t first = 0;  // buffers[first..] are left to write
+    while (first < buffers.size()) {
+      auto [e, n] = co_await stream_.async_write_some(
+          std::span<const asio::const_buffer>(buffers.data() + first, buffers.size() - first), kNoThrow);
+      if (e) {
+        ec = e;
+        break;
+      }
+      write_progress_ = clock::now();
+      while (n > 0 && first < buffers.size()) {
+        std::size_t take = std::min(n, buffers[first].size());
+        buffers[first] += take;
+        n -= take;
+        if (buffers[first].size() == 0) ++first;
+      }
+    }
+    writing_ = false;
+    pending_bytes_.fetch_sub(total, std::memory_order_relaxed);
+    writing.clear();
+    if constexpr (kTls) {
+      if (flat_.capacity() > 1024 * 1024) std::string().swap(flat_);  // not kept after a large burst
+    }
+    if (ec) break;
+    written_since_notice_ += total;
+    // The core stops delivering to a connection with too much unwritten; tell it when it drained.
+    if (outgoing_.empty() && written_since_notice_ >= config_.max_pending_bytes / 4) {
+      written_since_notice_ = 0;
+      core_.on_writable(id_);
+    }
+  }
+  closing_ = true;
+  close_socket();
+  watchdog_timer_.cancel();
+  coroutine_done();
+}
+
+template <typename Stream>
+asio::awaitable<void> basic_session<Stream>::watchdog() {
+  while (!closing_) {
+    auto now = clock::now();
+    if (!connected_ && connect_received_) {
+      watchdog_timer_.expires_at(clock::time_point::max());  // its login is being checked
+    } else if (!connected_) {
+      auto deadline = started_ + std::chrono::milliseconds(config_.connect_timeout_ms);
+      if (now >= deadline) {
+        spdlog::info("connection {} ({}): no CONNECT within {} ms; closing", id_, peer_, config_.connect_timeout_ms);
+        fail("no CONNECT frame within " + std::to_string(config_.connect_timeout_ms) + " ms", std::nullopt);
+        break;
+      }
+      watchdog_timer_.expires_at(deadline);
+    } else if (heartbeat_receive_ms_) {
+      auto allowed = std::chrono::milliseconds(heartbeat_receive_ms_ + config_.heartbeat_grace_ms);
+      if (now - last_read_ > allowed) {
+        spdlog::info("connection {} ({}): nothing received for {} ms (heart-beat {} ms); closing", id_, peer_,
+                     std::chrono::duration_cast<std::chrono::milliseconds>(now - last_read_).count(),
+                     heartbeat_receive_ms_);
+        fail("heart-beat timeout: nothing received for longer than " + std::to_string(heartbeat_receive_ms_) +
+                 " ms plus a grace of " + std::to_string(config_.heartbeat_grace_ms) + " ms",
+             std::nullopt);
+        break;
+      }
+      watchdog_timer_.expires_at(last_read_ + allowed + std::chrono::milliseconds(1));
+    } else {
+      watchdog_timer_.expires_at(clock::time_point::max());
+    }
+    // A reader that takes nothing for slow-consumer-timeout-ms while a write waits on it: its
+    // unsent frames stay bounded by max-pending-bytes meanwhile (the core stops delivering), and
+    // then it goes, so that its messages can go to someone else. Checked twice per timeout.
+    if (connected_ && config_.slow_consumer_timeout_ms) {
+      auto limit = std::chrono::milliseconds(config_.slow_consumer_timeout_ms);
+      if (writing_ && now - write_progress_ > limit) {
+        spdlog::warn("connection {} ({}): disconnected as a slow consumer: it read nothing of its frames for {} ms "
+                     "({} bytes unsent; limits.slow-consumer-timeout-ms is {})",
+                     id_, peer_, std::chrono::duration_cast<std::chrono::milliseconds>(now - write_progress_).count(),
+                     pending_bytes_.load(std::memory_order_relaxed), config_.slow_consumer_timeout_ms);
+        closing_ = true;
+        close_socket();
+        wake_writer_.cancel();
+        break;
+      }
+      watchdog_timer_.expires_at(std::min(watchdog_timer_.expiry(), now + limit / 2));
+    }
+    co_await watchdog_timer_.async_wait(kNoThrow);
+  }
+  coroutine_done();
+}
+
+template <typename Stream>
+void basic_session<Stream>::coroutine_done() {
+  if (--live_coroutines_ > 0) return;
+  if (connected_ && !reported_closed_) {
+    reported_closed_ = true;
+    core_.on_closed(id_);
+  }
+  spdlog::debug("connection {} ({}) closed", id_, peer_);
+}
+
+template class basic_session<asio::ip::tcp::socket>;
+template class basic_session<tls_stream>;
+
+}  // namespace escrow::broker

@@ -1,0 +1,352 @@
+// Login checks, the success cache, the login threads and the back-off (see authenticator.h).
+#include "escrow/broker/security/authenticator.h"
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+#include <stdexcept>
+
+#include "escrow/common/hex.h"
+#include "escrow/broker/security/names.h"
+#include "escrow/broker/security/password_hash.h"
+
+namespace escrow::broker {
+namespace {
+
+using clock = std::chrono::steady_clock;
+constexpr std::chrono::milliseconds kFirstBackoff{100};
+constexpr std::chrono::minutes kForgetAfter{15};  // a count quiet this long starts afresh
+constexpr std::size_t kMaxRecords = 100000;       // failure counts remembered at once, per kind
+constexpr std::size_t kMaxRemembered = 100000;    // successful logins remembered at once
+const char* const kRefused = "login refused: unknown user or wrong passcode";
+
+// A hash that no password matches (its key is all zeros, its salt random) and that costs what the
+// users' own hashes cost: the iteration count most of them use.
+std::string make_dummy_hash(const users_table* users) {
+  std::map<std::uint32_t, std::size_t> counts;
+  if (users)
+    for (const auto& [name, u] : users->by_name) {
+      std::string_view h = u.password_hash;
+      auto first = h.find(':');
+      auto second = first == std::string_view::npos ? first : h.find(':', first + 1);
+      std::uint32_t n = 0;
+      if (second != std::string_view::npos &&
+          std::from_chars(h.data() + first + 1, h.data() + second, n).ec == std::errc())
+        counts[n]++;
+    }
+  std::uint32_t iterations = kDefaultPasswordIterations;
+  std::size_t best = 0;
+  for (const auto& [n, count] : counts)
+    if (count > best) {
+      best = count;
+      iterations = n;
+    }
+  unsigned char salt[16];
+  if (RAND_bytes(salt, sizeof salt) != 1) throw std::runtime_error("RAND_bytes failed");
+  return "pbkdf2-sha256:" + std::to_string(iterations) + ":" + hex::encode(salt, sizeof salt) + ":" + std::string(64, '0');
+}
+
+login_result refused() {
+  login_result r;
+  r.problem = kRefused;
+  return r;
+}
+
+}  // namespace
+
+authenticator::authenticator(std::shared_ptr<const users_table> users, const login_limits& limits)
+    : anonymous_(users == nullptr), limits_(limits), users_(std::move(users)) {
+  cache_secret_.resize(32);
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(cache_secret_.data()), 32) != 1)
+    throw std::runtime_error("RAND_bytes failed");
+  if (anonymous_) return;
+  dummy_hash_ = make_dummy_hash(users_.get());
+  for (unsigned i = 0; i < std::max(1u, limits_.threads); ++i) threads_.emplace_back([this] { work(); });
+}
+
+authenticator::~authenticator() {
+  std::vector<attempt> unanswered;
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    for (auto& [when, a] : due_) unanswered.push_back(std::move(a));
+    for (auto& [ip, line] : lines_)
+      for (auto& a : line.waiting) unanswered.push_back(std::move(a));
+    due_.clear();
+    lines_.clear();
+  }
+  wake_.notify_all();
+  for (auto& a : unanswered) a.done(refused());
+  for (auto& t : threads_) t.join();
+}
+
+std::string authenticator::keyed_hash(const std::string& domain, const std::string& a, const std::string& b) const {
+  std::string input = domain;
+  input.push_back('\0');
+  input += a;
+  input.push_back('\0');
+  input += b;
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  HMAC(EVP_sha256(), cache_secret_.data(), static_cast<int>(cache_secret_.size()),
+       reinterpret_cast<const unsigned char*>(input.data()), input.size(), out, &size);
+  return std::string(reinterpret_cast<const char*>(out), size);
+}
+
+std::chrono::milliseconds authenticator::backoff(std::uint32_t failures) const {
+  if (failures == 0) return std::chrono::milliseconds(0);
+  auto shift = std::min<std::uint32_t>(failures - 1, 20);
+  return std::min<std::chrono::milliseconds>(kFirstBackoff * (1u << shift),
+                                             std::chrono::milliseconds(limits_.backoff_max_ms));
+}
+
+authenticator::failure_record* authenticator::find_record(std::map<std::string, failure_record>& records,
+                                                          const std::string& key, clock::time_point now) {
+  auto it = records.find(key);
+  if (it == records.end()) return nullptr;
+  if (now - it->second.last_failure > kForgetAfter && now >= it->second.next_turn) {
+    records.erase(it);
+    return nullptr;
+  }
+  return &it->second;
+}
+
+std::optional<login_result> authenticator::answer_at_once(const login_request& r) {
+  login_result result;
+  if (anonymous_) {
+    result.ok = true;
+    return result;
+  }
+  std::shared_ptr<const users_table> users;
+  {
+    std::lock_guard lock(mutex_);
+    users = users_;
+  }
+  // A verified client certificate: no secret to guess, nothing slow to check.
+  if (!r.certificate_subject.empty()) {
+    auto s = users->name_by_subject.find(r.certificate_subject);
+    if (s != users->name_by_subject.end()) {
+      const user_entry& user = users->by_name.at(s->second);
+      if (!r.login.empty() && r.login != user.name) {
+        failed_logins_.fetch_add(1, std::memory_order_relaxed);
+        spdlog::warn("failed login from {}: the certificate belongs to user '{}', the login names '{}'", r.peer_ip,
+                     user.name, loggable(r.login));
+        return refused();
+      }
+      result.ok = true;
+      result.user = user.name;
+      result.roles = user.roles;
+      return result;
+    }
+  }
+  // A login and passcode that succeeded before (the cache is emptied when the users change).
+  auto u = users->by_name.find(r.login);
+  if (r.login.empty() || u == users->by_name.end() || u->second.password_hash.empty()) return std::nullopt;
+  std::string key = keyed_hash("remembered", r.login, r.passcode);
+  {
+    std::lock_guard lock(mutex_);
+    if (!remembered_.count(key) || users_ != users) return std::nullopt;
+  }
+  record_success(r);
+  result.ok = true;
+  result.user = u->second.name;
+  result.roles = u->second.roles;
+  return result;
+}
+
+void authenticator::refuse_at_once(attempt& a, const std::string& reason) {
+  failed_logins_.fetch_add(1, std::memory_order_relaxed);
+  spdlog::warn("failed login from {}: {}", a.request.peer_ip, reason);
+  a.done(refused());
+}
+
+void authenticator::submit(login_request request, callback done) {
+  attempt a{std::move(request), std::move(done)};
+  std::string reason;
+  {
+    std::lock_guard lock(mutex_);
+    auto line = lines_.find(a.request.peer_ip);
+    if (stopping_) {
+      reason = "escrowd is stopping";
+    } else if (pending_ >= limits_.max_pending) {
+      reason = "refused unchecked: " + std::to_string(pending_) +
+               " logins already wait for their check or are being checked (security.max-pending-logins is " +
+               std::to_string(limits_.max_pending) + ")";
+    } else if (line != lines_.end() && line->second.waiting.size() >= limits_.max_waiting_per_address) {
+      reason = "refused unchecked: " + std::to_string(line->second.waiting.size()) +
+               " logins from this address already wait behind the one being checked "
+               "(security.max-waiting-logins-per-address is " + std::to_string(limits_.max_waiting_per_address) + ")";
+    } else {
+      ++pending_;
+      if (line != lines_.end()) {
+        spdlog::debug("login of '{}' from {} waits its turn behind {} from this address", loggable(a.request.login),
+                      a.request.peer_ip, line->second.waiting.size() + 1);
+        line->second.waiting.push_back(std::move(a));
+      } else {
+        lines_[a.request.peer_ip];
+        schedule(std::move(a));
+      }
+      return;
+    }
+  }
+  refuse_at_once(a, reason);
+}
+
+void authenticator::schedule(attempt a) {
+  auto now = clock::now();
+  auto due = now;
+  const auto& r = a.request;
+  std::uint32_t pair_failures = 0, user_failures = 0;
+  if (failure_record* p = find_record(pair_failures_, keyed_hash("pair", r.peer_ip, r.login), now)) {
+    pair_failures = p->failures;
+    due = std::max(due, p->last_failure + backoff(p->failures));
+  }
+  if (failure_record* u = find_record(user_failures_, keyed_hash("user", r.login), now)) {
+    user_failures = u->failures;
+    // Checks of a failing user are spaced out whatever address they come from: each takes a turn.
+    due = std::max({due, u->last_failure + backoff(u->failures), u->next_turn});
+    u->next_turn = due + backoff(u->failures);
+  }
+  auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(due - now);
+  spdlog::debug("login check of '{}' from {}: {} earlier failures of this user from this address, {} in all; "
+                "waits {} ms",
+                loggable(r.login), r.peer_ip, pair_failures, user_failures, wait.count());
+  due_.emplace(due, std::move(a));
+  wake_.notify_one();
+}
+
+void authenticator::work() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    if (stopping_) return;
+    if (due_.empty()) {
+      wake_.wait(lock);
+      continue;
+    }
+    auto first = due_.begin();
+    if (first->first > clock::now()) {
+      // A copy: while this thread waits, another may take and erase that entry.
+      const clock::time_point until = first->first;
+      wake_.wait_until(lock, until);
+      continue;
+    }
+    attempt a = std::move(first->second);
+    due_.erase(first);
+    lock.unlock();
+    login_result verdict = check(a.request);
+    lock.lock();
+    // The outcome is recorded: the address's next check may take its turn, with its back-off.
+    if (pending_ > 0) --pending_;
+    auto line = lines_.find(a.request.peer_ip);
+    if (line != lines_.end()) {
+      if (line->second.waiting.empty()) {
+        lines_.erase(line);
+      } else {
+        attempt next = std::move(line->second.waiting.front());
+        line->second.waiting.pop_front();
+        schedule(std::move(next));
+      }
+    }
+    lock.unlock();
+    a.done(std::move(verdict));
+    lock.lock();
+  }
+}
+
+login_result authenticator::check(const login_request& r) {
+  std::shared_ptr<const users_table> users;
+  std::string dummy;
+  {
+    std::lock_guard lock(mutex_);
+    users = users_;
+    dummy = dummy_hash_;
+  }
+  const user_entry* user = nullptr;
+  auto u = r.login.empty() ? users->by_name.end() : users->by_name.find(r.login);
+  if (u != users->by_name.end() && !u->second.password_hash.empty()) user = &u->second;
+  std::string key = keyed_hash("remembered", r.login, r.passcode);
+  bool known = false;
+  if (user) {
+    // An earlier check (perhaps the one just before this in the same queue) may have succeeded.
+    std::lock_guard lock(mutex_);
+    known = remembered_.count(key) > 0 && users_ == users;
+  }
+  bool match = known;
+  if (!known) {
+    // Exactly one slow hash whatever the case: an unknown user, one without a password and a
+    // missing login cost what a wrong password costs, so timing does not tell them apart.
+    password_hashes_.fetch_add(1, std::memory_order_relaxed);
+    match = verify_password(r.passcode, user ? user->password_hash : dummy) && user != nullptr;
+  }
+  if (match) {
+    {
+      std::lock_guard lock(mutex_);
+      if (users_ == users) {
+        if (remembered_.size() >= kMaxRemembered) remembered_.clear();
+        remembered_.insert(key);
+      }
+    }
+    record_success(r);
+    login_result result;
+    result.ok = true;
+    result.user = user->name;
+    result.roles = user->roles;
+    return result;
+  }
+  std::string reason;
+  if (r.login.empty())
+    reason = "no login header (this broker requires a user)";
+  else if (u == users->by_name.end())
+    reason = "unknown user '" + loggable(r.login) + "'";
+  else if (!user)
+    reason = "user '" + loggable(r.login) + "' logs in only with a client certificate";
+  else
+    reason = "wrong passcode for user '" + loggable(r.login) + "'";
+  record_failure(r);
+  spdlog::warn("failed login from {}: {}", r.peer_ip, reason);
+  return refused();
+}
+
+void authenticator::record_failure(const login_request& r) {
+  failed_logins_.fetch_add(1, std::memory_order_relaxed);
+  auto now = clock::now();
+  auto count = [now](std::map<std::string, failure_record>& records, const std::string& key) {
+    if (records.size() >= kMaxRecords && !records.count(key)) {
+      auto cutoff = now - kForgetAfter;
+      std::erase_if(records, [cutoff, now](const auto& e) {
+        return e.second.last_failure < cutoff && e.second.next_turn <= now;
+      });
+      if (records.size() >= kMaxRecords) records.erase(records.begin());
+    }
+    auto& record = records[key];
+    record.failures++;
+    record.last_failure = now;
+  };
+  std::string pair = keyed_hash("pair", r.peer_ip, r.login), user = keyed_hash("user", r.login);
+  std::lock_guard lock(mutex_);
+  count(pair_failures_, pair);
+  count(user_failures_, user);
+}
+
+void authenticator::record_success(const login_request& r) {
+  // Its own (address, user) only: bob's success says nothing about guesses at alice's password,
+  // and alice's from one address nothing about guesses from others.
+  std::string pair = keyed_hash("pair", r.peer_ip, r.login);
+  std::lock_guard lock(mutex_);
+  pair_failures_.erase(pair);
+}
+
+void authenticator::replace_users(std::shared_ptr<const users_table> users) {
+  if (anonymous_ || !users) return;
+  std::string dummy = make_dummy_hash(users.get());
+  std::lock_guard lock(mutex_);
+  users_ = std::move(users);
+  dummy_hash_ = std::move(dummy);
+  remembered_.clear();
+}
+
+}  // namespace escrow::broker
