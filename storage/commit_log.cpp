@@ -24,7 +24,8 @@ constexpr std::uint32_t kRecordMagic = 0x45534c52;   // "ESLR"
 constexpr std::uint64_t kControlSlot = 4096;         // bytes of each control block slot
 constexpr std::uint64_t kRingStart = 2 * kControlSlot;
 constexpr std::size_t kHeaderSize = 32;
-constexpr std::size_t kControlSize = 60;  // the encoded control block, checksum included
+constexpr std::size_t kMetaSize = 152;     // an LMDB meta page's header and MDB_meta (lmdb_meta.h)
+constexpr std::size_t kControlSize = 68 + kMetaSize;  // the encoded control block, checksum included
 constexpr std::uint64_t kGrowStep = 4ull << 20;  // the ring is zero-filled ahead in steps of this
 constexpr std::uint16_t kGroupRecord = 1;
 constexpr std::uint16_t kWrapRecord = 2;
@@ -71,7 +72,11 @@ std::string encode_control(const commit_log::control& c) {
   std::string out;
   put_u32(out, kControlMagic);
   put_u32(out, kLogFormatVersion);
-  for (std::uint64_t v : {c.sequence, c.salt, c.base_txnid, c.data_file, c.first_lsn, c.capacity}) put_u64(out, v);
+  for (std::uint64_t v : {c.sequence, c.salt, c.checkpoint, c.data_file, c.store_id, c.first_lsn, c.capacity})
+    put_u64(out, v);
+  std::string meta = c.checkpoint_meta;
+  meta.resize(kMetaSize, '\0');
+  out += meta;
   put_u32(out, crc_of(0, out));
   return out;
 }
@@ -87,8 +92,10 @@ control_read decode_control(std::string_view in, commit_log::control& c, std::ui
   // Another version may lay out the rest differently: its number is all that is read of it.
   if (version != kLogFormatVersion) return control_read::other_version;
   if (!get_u32(rest, crc) || crc != crc_of(0, body)) return control_read::invalid;
-  for (std::uint64_t* v : {&c.sequence, &c.salt, &c.base_txnid, &c.data_file, &c.first_lsn, &c.capacity})
+  for (std::uint64_t* v : {&c.sequence, &c.salt, &c.checkpoint, &c.data_file, &c.store_id, &c.first_lsn, &c.capacity})
     if (!get_u64(p, *v)) return control_read::invalid;
+  if (p.size() != kMetaSize) return control_read::invalid;
+  c.checkpoint_meta.assign(p);
   return c.capacity >= 4 * kHeaderSize ? control_read::valid : control_read::invalid;
 }
 
@@ -142,6 +149,7 @@ bool log_position::decode(std::string_view bytes, log_position& out) {
 
 commit_log::~commit_log() {
   if (fd_ >= 0) ::close(fd_);
+  if (control_fd_ >= 0) ::close(control_fd_);
 }
 
 status commit_log::open(const std::string& dir, std::unique_ptr<commit_log>& out) {
@@ -155,6 +163,9 @@ status commit_log::open(const std::string& dir, std::unique_ptr<commit_log>& out
     }
     return {status::code::io_error, "cannot open the commit log " + log->path_ + ": " + std::strerror(errno)};
   }
+  log->control_fd_ = ::open(log->path_.c_str(), O_RDWR | O_CLOEXEC);
+  if (log->control_fd_ < 0)
+    return {status::code::io_error, "cannot open the commit log " + log->path_ + ": " + std::strerror(errno)};
   bool any_written = false;
   for (int slot = 0; slot < 2; ++slot) {
     std::string bytes;
@@ -176,14 +187,21 @@ status commit_log::open(const std::string& dir, std::unique_ptr<commit_log>& out
   }
   if (!log->found_ && any_written)
     return {status::code::corrupt,
-            "the commit log " + log->path_ + " has no readable control block; if the disk is sound, move the file "
-            "away and start escrowd again (the commits of its last moments before a crash may then be lost)"};
+            "the commit log " + log->path_ + " has no readable control block. Without it escrowd cannot tell which "
+            "LMDB commit is whole on disk: check the disk (dmesg), keep a copy of the data directory, and restore "
+            "the last backup; moving the file away starts the store as LMDB left it, which after a power cut may "
+            "not be consistent (run escrow check)"};
   struct stat st {};
   if (::fstat(log->fd_, &st) == 0 && static_cast<std::uint64_t>(st.st_size) > kRingStart)
     log->file_ring_ = std::min<std::uint64_t>(static_cast<std::uint64_t>(st.st_size) - kRingStart,
                                               log->control_.capacity);
   out = std::move(log);
   return {};
+}
+
+commit_log::control commit_log::current() const {
+  std::lock_guard lock(control_mutex_);
+  return control_;
 }
 
 status commit_log::replay(const log_position& from, const record_visitor& visit) const {
@@ -222,8 +240,8 @@ status commit_log::write_control(const control& next) {
   std::string block = encode_control(next);
   block.resize(kControlSlot, '\0');
   int slot = found_ ? 1 - control_slot_ : 0;
-  int rc = write_all(fd_, block, slot * kControlSlot);
-  if (rc == 0 && ::fdatasync(fd_) != 0) rc = errno;
+  int rc = write_all(control_fd_, block, slot * kControlSlot);
+  if (rc == 0 && ::fdatasync(control_fd_) != 0) rc = errno;
   if (rc != 0)
     return {status::code::io_error, "cannot write the control block of the commit log " + path_ + ": " + std::strerror(rc)};
   control_ = next;
@@ -232,24 +250,25 @@ status commit_log::write_control(const control& next) {
   return {};
 }
 
-status commit_log::start_generation(std::uint64_t base_txnid, std::uint64_t data_file, std::uint64_t capacity) {
+status commit_log::start_generation(std::uint64_t checkpoint, std::string_view meta, std::uint64_t data_file,
+                                    std::uint64_t store_id, std::uint64_t capacity) {
   bool created = false;
   if (fd_ < 0) {
     fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd_ < 0) return {status::code::io_error, "cannot create the commit log " + path_ + ": " + std::strerror(errno)};
+    control_fd_ = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
+    if (control_fd_ < 0) return {status::code::io_error, "cannot open the commit log " + path_ + ": " + std::strerror(errno)};
     created = true;
   }
   capacity = std::max<std::uint64_t>(capacity, 4 * kGrowStep);
-  if (file_ring_ > capacity) {
-    if (::ftruncate(fd_, static_cast<off_t>(kRingStart + capacity)) != 0)
-      return {status::code::io_error, "cannot shrink the commit log " + path_ + ": " + std::strerror(errno)};
-    file_ring_ = capacity;
-  }
+  std::lock_guard lock(control_mutex_);
   control next = control_;
   next.sequence = control_.sequence + 1;
   next.salt = random_salt();
-  next.base_txnid = base_txnid;
+  next.checkpoint = checkpoint;
+  next.checkpoint_meta.assign(meta);
   next.data_file = data_file;
+  next.store_id = store_id;
   next.first_lsn = 1;
   next.capacity = capacity;
   if (created) {
@@ -259,8 +278,18 @@ status commit_log::start_generation(std::uint64_t base_txnid, std::uint64_t data
       return {status::code::io_error, "cannot write the commit log " + path_ + ": " + std::strerror(rc)};
   }
   if (status s = write_control(next); !s.ok()) return s;
+  // A smaller ring only once the new generation is recorded: until then, a crash must still find
+  // every record of the old one.
+  if (file_ring_ > capacity) {
+    if (::ftruncate(fd_, static_cast<off_t>(kRingStart + capacity)) != 0)
+      return {status::code::io_error, "cannot shrink the commit log " + path_ + ": " + std::strerror(errno)};
+    file_ring_ = capacity;
+  }
   head_ = 0;
+  keep_from_ = 0;
   next_lsn_ = next.first_lsn;
+  salt_ = next.salt;
+  capacity_ = next.capacity;
   if (created) {
     // The new file is durable only with its directory entry (DESIGN.md invariant 9).
     auto dir = std::filesystem::path(path_).parent_path();
@@ -272,28 +301,32 @@ status commit_log::start_generation(std::uint64_t base_txnid, std::uint64_t data
   return {};
 }
 
-status commit_log::set_base(std::uint64_t base_txnid) {
+status commit_log::set_checkpoint(std::uint64_t checkpoint, std::string_view meta) {
+  std::lock_guard lock(control_mutex_);
   control next = control_;
   next.sequence = control_.sequence + 1;
-  next.base_txnid = base_txnid;
+  next.checkpoint = checkpoint;
+  next.checkpoint_meta.assign(meta);
   return write_control(next);
 }
 
-std::size_t commit_log::max_payload() const { return control_.capacity / 4 - kHeaderSize; }
+std::size_t commit_log::max_payload() const { return capacity_ / 4 - kHeaderSize; }
 
-status commit_log::reserve(std::size_t payload_size, log_position& at) {
-  const std::uint64_t cap = control_.capacity;
+status commit_log::reserve(std::size_t payload_size, log_slot& slot, bool& behind) {
+  const std::uint64_t cap = capacity_;
   const std::uint64_t total = kHeaderSize + payload_size;
   std::uint64_t v = head_;
-  wrap_at_ = UINT64_MAX;
+  std::uint64_t wrap_at = UINT64_MAX;
   if (v % cap + total > cap) {
-    if (cap - v % cap >= kHeaderSize) wrap_at_ = v;
+    if (cap - v % cap >= kHeaderSize) wrap_at = v;
     v += cap - v % cap;
   }
-  // The first lap writes the ring for the first time: zero it ahead of the head, so that records
-  // overwrite written blocks (cheaper to sync than blocks the file system must allocate).
-  std::uint64_t needed = v % cap + total;
-  if (v < cap && needed > file_ring_) {
+  behind = v + total > keep_from_ + cap;  // it would overwrite records after the checkpoint
+  if (behind) return {};
+  // The ring's first writing: zero it ahead of the head, so that records overwrite written blocks
+  // (cheaper to sync than blocks the file system must allocate, and no full disk later).
+  std::uint64_t needed = std::max(v % cap + total, wrap_at == UINT64_MAX ? 0 : wrap_at % cap + kHeaderSize);
+  if (needed > file_ring_) {
     std::uint64_t target = std::min(cap, (needed + kGrowStep - 1) / kGrowStep * kGrowStep);
     static const std::string zeros(1 << 20, '\0');
     while (file_ring_ < target) {
@@ -305,16 +338,24 @@ status commit_log::reserve(std::size_t payload_size, log_position& at) {
       file_ring_ += n;
     }
   }
-  at = log_position{control_.salt, next_lsn_, v + total};
+  slot = log_slot{log_position{salt_, next_lsn_, v + total}, head_, wrap_at};
+  head_ = v + total;
+  ++next_lsn_;
   return {};
 }
 
-int commit_log::append(const log_position& at, std::string_view payload) {
-  const std::uint64_t cap = control_.capacity;
+void commit_log::cancel(const log_slot& slot) {
+  head_ = slot.head_before;
+  next_lsn_ = slot.at.lsn;
+}
+
+int commit_log::write(const log_slot& slot, std::string_view payload) const {
+  const std::uint64_t cap = capacity_;
+  const log_position& at = slot.at;
   const std::uint64_t start = at.end - kHeaderSize - payload.size();
-  if (wrap_at_ != UINT64_MAX) {
+  if (slot.wrap_at != UINT64_MAX) {
     std::string wrap = record_header(kWrapRecord, at.salt, at.lsn, {});
-    if (int rc = write_all(fd_, wrap, kRingStart + wrap_at_ % cap); rc != 0) return rc;
+    if (int rc = write_all(fd_, wrap, kRingStart + slot.wrap_at % cap); rc != 0) return rc;
   }
   std::string header = record_header(kGroupRecord, at.salt, at.lsn, payload);
   iovec parts[2] = {{header.data(), header.size()}, {const_cast<char*>(payload.data()), payload.size()}};
@@ -337,11 +378,14 @@ int commit_log::append(const log_position& at, std::string_view payload) {
       if (parts[index].iov_len == 0) ++index;
     }
   }
-  if (::fdatasync(fd_) != 0) return errno;
-  head_ = at.end;
-  next_lsn_ = at.lsn + 1;
-  wrap_at_ = UINT64_MAX;
   return 0;
+}
+
+int commit_log::sync() const { return ::fdatasync(fd_) == 0 ? 0 : errno; }
+
+int commit_log::append(const log_slot& slot, std::string_view payload) const {
+  int rc = write(slot, payload);
+  return rc != 0 ? rc : sync();
 }
 
 }  // namespace escrow::storage

@@ -29,6 +29,7 @@ T load(const unsigned char* p) {
 }
 
 status read_page(int fd, std::uint64_t offset, unsigned char (&page)[kMetaBytes], const std::string& file) {
+  static_assert(kMetaBytes == kLmdbMetaBytes);
   ssize_t n = ::pread(fd, page, kMetaBytes, static_cast<off_t>(offset));
   if (n != static_cast<ssize_t>(kMetaBytes))
     return {n < 0 ? status::code::io_error : status::code::corrupt,
@@ -60,16 +61,41 @@ status read_lmdb_metas(const std::string& data_file, lmdb_metas& out) {
   return {};
 }
 
-status discard_latest_lmdb_commit(const std::string& data_file, const lmdb_metas& metas) {
+status capture_lmdb_meta(int fd, std::uint32_t page_size, std::uint64_t txnid, std::string& out) {
+  unsigned char page[kMetaBytes];
+  status s = read_page(fd, (txnid % 2) * page_size, page, "data.mdb");
+  if (!s.ok()) return s;
+  if (load<std::uint64_t>(page + kTxnidAt) != txnid)
+    return {status::code::corrupt, "the meta page of LMDB commit " + std::to_string(txnid) + " was overwritten"};
+  out.assign(reinterpret_cast<const char*>(page), kMetaBytes);
+  return {};
+}
+
+status restore_lmdb_meta(const std::string& data_file, std::string_view meta) {
+  if (meta.size() != kMetaBytes) return {status::code::corrupt, "a captured LMDB meta page has the wrong size"};
+  const auto* bytes = reinterpret_cast<const unsigned char*>(meta.data());
+  if ((load<std::uint16_t>(bytes + kFlagsAt) & kMetaPageFlag) == 0 || load<std::uint32_t>(bytes + kMetaAt) != kMagic)
+    return {status::code::corrupt, "a captured LMDB meta page is not one"};
+  lmdb_metas metas;
+  if (status s = read_lmdb_metas(data_file, metas); !s.ok()) return s;
+  const std::uint64_t txnid = load<std::uint64_t>(bytes + kTxnidAt);
+  const std::uint64_t page = txnid % 2, other = 1 - page;
   int fd = ::open(data_file.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return {status::code::io_error, "cannot open " + data_file + ": " + std::strerror(errno)};
-  const std::uint64_t zero = 0;
-  off_t at = static_cast<off_t>(static_cast<std::uint64_t>(metas.latest_page) * metas.page_size + kTxnidAt);
-  int rc = ::pwrite(fd, &zero, sizeof zero, at) == static_cast<ssize_t>(sizeof zero) ? 0 : (errno ? errno : EIO);
+  int rc = ::pwrite(fd, meta.data(), meta.size(), static_cast<off_t>(page * metas.page_size)) ==
+                   static_cast<ssize_t>(meta.size())
+               ? 0
+               : (errno ? errno : EIO);
+  std::uint64_t other_txnid = other == static_cast<std::uint64_t>(metas.latest_page) ? metas.latest_txnid : metas.other_txnid;
+  if (rc == 0 && other_txnid > txnid) {
+    const std::uint64_t zero = 0;
+    off_t at = static_cast<off_t>(other * metas.page_size + kTxnidAt);
+    rc = ::pwrite(fd, &zero, sizeof zero, at) == static_cast<ssize_t>(sizeof zero) ? 0 : (errno ? errno : EIO);
+  }
   if (rc == 0 && ::fdatasync(fd) != 0) rc = errno;
   ::close(fd);
   if (rc != 0)
-    return {status::code::io_error, "cannot set " + data_file + " back one commit: " + std::strerror(rc)};
+    return {status::code::io_error, "cannot set " + data_file + " back to its last checkpoint: " + std::strerror(rc)};
   return {};
 }
 

@@ -28,6 +28,8 @@
 #include <iterator>
 #include <cstdio>
 #include <mutex>
+#include <optional>
+#include <random>
 #include <shared_mutex>  // std::shared_lock
 #include <span>
 #include <thread>
@@ -140,22 +142,56 @@ struct store::impl {
   // writing: the record's place and its payload (the group's batches).
   std::unique_ptr<commit_log> log;
   std::uint64_t data_file_id = 0;  // data.mdb's inode: the log names the file it belongs to
-  log_position log_at;
+  log_slot log_at;
+  bool log_reserved = false;  // log_at is reserved and not yet handed to the writer or cancelled
   std::string log_payload;
-  bool log_record = false;    // false: the group is too large for the log (synced the old way)
+  bool log_record = false;    // false: the group is too large for the log (checkpointed at once)
   std::uint64_t last_txnid = 0;  // the committer's last commit
 
-  // The data syncer: syncs data.mdb after each commit, beside the log's sync. A commit begins only
-  // once the one before it is synced, so that LMDB's older meta page always names a whole, synced
-  // commit (what start-up may go back to). Guarded by sync_mutex.
+  // Checkpoints (docs/storage.md, "The commit log"). The data syncer thread syncs data.mdb and
+  // then records in the log's control block the commit it made durable, with its meta page; until
+  // the next checkpoint, a read transaction (a pin) keeps LMDB from reusing any page of that
+  // commit, so that start-up can always go back to it. Only the committer starts a checkpoint and
+  // moves the pins; the syncer's side is guarded by sync_mutex.
   std::mutex sync_mutex;
   std::condition_variable sync_changed;
-  std::uint64_t sync_requested = 0, sync_done = 0;  // transaction ids
-  fault_plan::fault sync_fault = fault_plan::fault::none;
-  int sync_error = 0;  // sticky: the first failed sync
-  int data_sync_error = 0;  // the committer's copy of it, as seal() last saw it
-  bool syncer_stopping = false;
+  struct checkpoint_job {
+    std::uint64_t txnid = 0;
+    std::string meta;           // its meta page (lmdb_meta.h)
+    std::uint64_t log_end = 0;  // the virtual offset after its record in the log
+    MDB_txn* pin = nullptr;     // holds its pages until the next checkpoint replaces it
+    fault_plan::fault planned = fault_plan::fault::none;
+  };
+  std::optional<checkpoint_job> requested;  // sync_mutex: waiting for or being done by the syncer
+  std::optional<checkpoint_job> finished;   // sync_mutex: done, not yet collected by the committer
+  int sync_error = 0;                       // sync_mutex: the first checkpoint that failed
+  bool syncer_stopping = false;             // sync_mutex
   std::thread syncer;
+  // The committer's side.
+  checkpoint_job checkpointed;  // the last checkpoint (its pin held)
+  bool checkpoint_running = false;
+  std::chrono::steady_clock::time_point last_checkpoint_at = std::chrono::steady_clock::now();
+  std::uint64_t last_record_end = 0;  // the virtual offset after the last record reserved
+  std::uint32_t page_size = 4096;
+
+  // The log writer: writes and syncs the records of committed groups in commit order, then
+  // completes their batches. The committer writes a group's record itself when nothing else
+  // waits (no hand-over on a lone SEND's path) and hands it over when more groups wait, so that
+  // the next commit runs while this one's sync does. Guarded by writer_mutex.
+  struct durable_job {
+    std::vector<pending_batch> group;
+    bool record = false;  // a log record to write (else: completed as its results say)
+    log_slot slot;
+    std::string payload;
+  };
+  std::mutex writer_mutex;
+  std::condition_variable writer_changed;
+  std::deque<durable_job> to_write;
+  bool writer_busy = false;
+  bool writer_stopping = false;
+  bool writer_failed = false;  // the writer thread's own: a record's write or sync failed
+  std::thread writer;
+  std::mutex fault_mutex;  // the fault plan is consulted by the committer, the writer and the syncer
 
   // Sticky after a failed sync. Written by the committer only; atomic so that stats() and
   // writable() may read it from any thread.
@@ -192,35 +228,52 @@ struct store::impl {
   void observe_fsync(std::chrono::steady_clock::duration d);
 
   ~impl() {
+    if (checkpointed.pin) mdb_txn_abort(checkpointed.pin);
     if (env) mdb_env_close(env);
     if (lock_fd >= 0) close(lock_fd);
   }
 
   status open_environment();
+  status make_directory(bool& new_directory, bool& new_store);
+  status lock_directory();
+  status open_tables();
+  status check_schema(MDB_txn* txn);
+  status give_store_id(MDB_txn* txn);
+  std::uint64_t store_id = 0;
   status recover_before_open(bool new_store);
+  status alone_on_lock_file();
+  status check_identity();
+  bool restored = false;  // recover_before_open set LMDB back to the checkpoint
   status replay_log();
   status start_log();
-  status apply_record(const log_position& at, std::string_view payload);
+  status apply_record(MDB_txn* txn, const log_position& at, std::string_view payload);
   void run_committer();
   void run_syncer();
-  void request_data_sync(std::uint64_t txnid);
-  int wait_data_synced();
+  void run_writer();
+  void hand_over(durable_job job, bool more_waiting);
+  void write_jobs(std::vector<durable_job>& jobs);
+  fault_plan::fault next_fault(fault_plan::point p);
   int data_sync(fault_plan::fault planned);
+  bool start_checkpoint();
+  int collect_checkpoint(bool wait);
+  int checkpoint_now();
+  void maybe_checkpoint();
+  int release_pins_for_remap();
+  bool pin_latest();
   int seal(MDB_txn* txn, std::vector<pending_batch>& group);
-  int make_durable();
   void close_cleanly();
   void trim_resident_pages();
   void find_map();
   static constexpr int kRetryIsolated = -1;  // not an LMDB code: "apply the group batch by batch"
   static constexpr int kInjectedFull = -2;   // not an LMDB code: a full map that growing cannot cure
-  static constexpr int kDataSyncFailed = -3;  // not an LMDB code: the data syncer's sync failed
+  static constexpr int kCheckpointFailed = -3;  // not an LMDB code: a checkpoint's sync failed
   void enqueue(std::span<pending_batch> batches);
   int apply_group(std::vector<pending_batch>& group, bool isolated, bool stop_on_full, MDB_txn*& txn,
                   std::uint64_t& applied);
   int write_group(std::vector<pending_batch>& group, std::uint64_t& applied);
   int commit(MDB_txn* txn);
   bool grow_map();
-  void fail_for_good(const status& why, std::vector<pending_batch>& group);
+  void fail_for_good(const status& why, std::vector<pending_batch>& group);  // results only
   void complete(std::vector<pending_batch>& done);
   void* map_base = nullptr;  // where LMDB mapped data.mdb, if found
   std::size_t map_length = 0;
@@ -230,37 +283,13 @@ struct store::impl {
   int remove_entry(MDB_txn* txn, std::string_view entry_key);
 };
 
+// Opening, in order: the data directory and its lock, recovery before LMDB opens, LMDB itself,
+// the tables and the schema version, the directory entries, replay, and the log's new generation.
 status store::impl::open_environment() {
-  // A data directory escrowd makes is private (0700): the store is every message. Its parents, if
-  // missing too, get the usual mode. One that exists keeps its mode (escrowd warns when it is open,
-  // broker/server.cpp); the files LMDB and escrowd create in it are 0600.
-  std::error_code ec;
-  bool new_directory = false;
-  if (!std::filesystem::is_directory(options.path, ec)) {
-    std::filesystem::path dir = std::filesystem::absolute(options.path, ec).lexically_normal();
-    if (!dir.has_filename()) dir = dir.parent_path();  // "data/"
-    if (!ec) std::filesystem::create_directories(dir.parent_path(), ec);
-    if (ec)
-      return {status::code::io_error, "cannot create data directory " + options.path + ": " + ec.message()};
-    if (::mkdir(dir.c_str(), 0700) == 0)
-      new_directory = true;
-    else if (errno != EEXIST)
-      return {status::code::io_error, "cannot create data directory " + options.path + ": " + std::strerror(errno)};
-  }
-  bool new_store = !std::filesystem::exists(std::filesystem::path(options.path) / "data.mdb", ec);
-
-  // Two brokers on one data directory would hand out the same messages twice: refuse the second.
-  std::string lock_path = options.path + "/escrow.lock";
-  lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (lock_fd < 0)
-    return {status::code::io_error, "cannot open " + lock_path + ": " + std::strerror(errno)};
-  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
-    return {status::code::io_error,
-            "data directory " + options.path + " is in use by another escrowd (" + lock_path +
-                " is locked); stop it or choose another --data-dir"};
-
+  bool new_directory = false, new_store = false;
+  if (status s = make_directory(new_directory, new_store); !s.ok()) return s;
+  if (status s = lock_directory(); !s.ok()) return s;
   if (status s = recover_before_open(new_store); !s.ok()) return s;
-
   int rc = mdb_env_create(&env);
   if (rc == 0) rc = mdb_env_set_maxdbs(env, kTableCount + 2);
   if (rc == 0) rc = mdb_env_set_mapsize(env, options.map_size);
@@ -273,9 +302,83 @@ status store::impl::open_environment() {
   int dead = 0;
   mdb_reader_check(env, &dead);  // clear reader slots left by a killed process
   find_map();
+  if (status s = open_tables(); !s.ok()) return s;
+  // A new data.mdb (and a new data directory) is durable only once the directory holding it is
+  // synced: LMDB syncs the file, not its entry. Before any receipt depends on it.
+  rc = new_store ? sync_directory(options.path) : 0;
+  if (rc == 0 && new_directory) {
+    std::error_code ec;
+    rc = sync_directory(std::filesystem::absolute(options.path, ec).parent_path().string());
+  }
+  if (rc != 0) return from_lmdb(rc, "cannot sync the data directory " + options.path);
+  if (status s = check_identity(); !s.ok()) return s;
+  if (status s = replay_log(); !s.ok()) return s;
+  return start_log();
+}
 
+// A data directory escrowd makes is private (0700): the store is every message. Its parents, if
+// missing too, get the usual mode. One that exists keeps its mode (escrowd warns when it is open,
+// broker/server.cpp); the files LMDB and escrowd create in it are 0600.
+status store::impl::make_directory(bool& new_directory, bool& new_store) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(options.path, ec)) {
+    std::filesystem::path dir = std::filesystem::absolute(options.path, ec).lexically_normal();
+    if (!dir.has_filename()) dir = dir.parent_path();  // "data/"
+    if (!ec) std::filesystem::create_directories(dir.parent_path(), ec);
+    if (ec)
+      return {status::code::io_error, "cannot create data directory " + options.path + ": " + ec.message()};
+    if (::mkdir(dir.c_str(), 0700) == 0)
+      new_directory = true;
+    else if (errno != EEXIST)
+      return {status::code::io_error, "cannot create data directory " + options.path + ": " + std::strerror(errno)};
+  }
+  new_store = !std::filesystem::exists(std::filesystem::path(options.path) / "data.mdb", ec);
+  return {};
+}
+
+// Two brokers on one data directory would hand out the same messages twice: refuse the second.
+status store::impl::lock_directory() {
+  std::string lock_path = options.path + "/escrow.lock";
+  lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0)
+    return {status::code::io_error, "cannot open " + lock_path + ": " + std::strerror(errno)};
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0)
+    return {status::code::io_error,
+            "data directory " + options.path + " is in use by another escrowd (" + lock_path +
+                " is locked); stop it or choose another --data-dir"};
+  return {};
+}
+
+// The store's id (meta "store-id", random, written at creation) against the one its commit log
+// names: a data.mdb copied over the live one keeps its inode but not its id. Its log is then not
+// replayed; if it was already set back to the log's checkpoint, escrowd refuses to start.
+status store::impl::check_identity() {
+  read_txn r(env);
+  if (r.rc != 0) return from_lmdb(r.rc, "cannot begin a read");
+  MDB_val key = as_val(kStoreIdKey), value;
+  int rc = mdb_get(r.txn, dbi[static_cast<int>(table::meta)], &key, &value);
+  std::string_view id_bytes = rc == 0 ? as_view(value) : std::string_view{};
+  std::uint64_t id = 0;
+  if (rc == 0 && !get_u64(id_bytes, id)) return corrupt_record(table::meta, kStoreIdKey, "the store id is a u64 (8 bytes)");
+  if (rc != 0 && rc != MDB_NOTFOUND) return from_lmdb(rc, "cannot read the store id");
+  store_id = id;
+  if (!log || !log->found() || log->current().store_id == id) return {};
+  if (restored)
+    return {status::code::corrupt,
+            "data.mdb in " + options.path + " is not the store its commit log belongs to (a copy put over the live "
+            "file?), and it was set back to that log's checkpoint; restore the copy again, into an empty "
+            "directory (docs/operations.md, \"Restore\")"};
+  spdlog::warn("storage: the commit log of {} belongs to another store (was data.mdb copied over?); it is not "
+               "replayed and starts anew", options.path);
+  log.reset();
+  return {};
+}
+
+// The opening transaction: every table (created when missing) and the schema version, written
+// into a new store, moved on in an older one it can read, refused otherwise.
+status store::impl::open_tables() {
   MDB_txn* txn = nullptr;
-  rc = mdb_txn_begin(env, nullptr, 0, &txn);
+  int rc = mdb_txn_begin(env, nullptr, 0, &txn);
   if (rc != 0) return from_lmdb(rc, "cannot begin the opening transaction");
   for (int i = 0; i < kTableCount; ++i) {
     rc = mdb_dbi_open(txn, table_name(static_cast<table>(i)), MDB_CREATE, &dbi[i]);
@@ -284,129 +387,149 @@ status store::impl::open_environment() {
       return from_lmdb(rc, std::string("cannot open table ") + table_name(static_cast<table>(i)));
     }
   }
+  status s = check_schema(txn);
+  if (s.ok()) s = give_store_id(txn);
+  if (!s.ok()) {
+    mdb_txn_abort(txn);
+    return s;
+  }
+  rc = mdb_txn_commit(txn);
+  return from_lmdb(rc, "cannot commit the opening transaction");
+}
+
+// A store without an id (new, or written before ids) gets a random one.
+status store::impl::give_store_id(MDB_txn* txn) {
+  MDB_val key = as_val(kStoreIdKey), value;
+  int rc = mdb_get(txn, dbi[static_cast<int>(table::meta)], &key, &value);
+  if (rc != MDB_NOTFOUND) return from_lmdb(rc, "cannot read the store id");
+  std::random_device device;
+  std::uint64_t id = 0;
+  while (id == 0) id = (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  std::string v;
+  put_u64(v, id);
+  MDB_val vv = as_val(v);
+  return from_lmdb(mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &vv, 0), "cannot write the store id");
+}
+
+status store::impl::check_schema(MDB_txn* txn) {
   MDB_val key = as_val(kSchemaVersionKey), value;
-  rc = mdb_get(txn, dbi[static_cast<int>(table::meta)], &key, &value);
+  int rc = mdb_get(txn, dbi[static_cast<int>(table::meta)], &key, &value);
+  std::string current;
+  put_u32(current, kSchemaVersion);
+  MDB_val current_value = as_val(current);
   if (rc == MDB_NOTFOUND) {
-    MDB_stat st{};
+    MDB_stat st{}, queues_st{};
     mdb_stat(txn, dbi[static_cast<int>(table::messages)], &st);
-    MDB_stat queues_st{};
     mdb_stat(txn, dbi[static_cast<int>(table::queues)], &queues_st);
-    if (st.ms_entries != 0 || queues_st.ms_entries != 0) {
-      mdb_txn_abort(txn);
+    if (st.ms_entries != 0 || queues_st.ms_entries != 0)
       return {status::code::bad_schema,
               "the store in " + options.path + " holds data but no schema version; it was not "
               "written by escrowd. Move it away or choose another --data-dir"};
-    }
-    std::string v;
-    put_u32(v, kSchemaVersion);
-    MDB_val vv = as_val(v);
-    rc = mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &vv, 0);
-  } else if (rc == 0) {
-    std::string_view v = as_view(value);
-    std::uint32_t version = 0;
-    if (v.size() != 4) {
-      mdb_txn_abort(txn);
-      return corrupt_record(table::meta, kSchemaVersionKey,
-                            "the schema version is a u32 (4 bytes), found " + std::to_string(v.size()) + " bytes");
-    }
-    if (get_u32(v, version) && version >= kOldestSchemaVersion && version < kSchemaVersion) {
-      // Every record of the older version reads as it is: only the version moves on.
-      std::string upgraded;
-      put_u32(upgraded, kSchemaVersion);
-      MDB_val uv = as_val(upgraded);
-      rc = mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &uv, 0);
-      if (rc == 0)
-        spdlog::info("storage: the store in {} is upgraded from schema version {} to {}", options.path, version,
-                     kSchemaVersion);
-    } else if (version != kSchemaVersion) {
-      mdb_txn_abort(txn);
-      return {status::code::bad_schema,
-              "the store in " + options.path + " has schema version " + std::to_string(version) +
-                  " but this escrowd understands version " + std::to_string(kSchemaVersion) +
-                  "; run the escrowd release that wrote it"};
-    }
+    return from_lmdb(mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &current_value, 0),
+                     "cannot write the schema version");
   }
-  if (rc != 0) {
-    mdb_txn_abort(txn);
-    return from_lmdb(rc, "cannot read the schema version");
+  if (rc != 0) return from_lmdb(rc, "cannot read the schema version");
+  std::string_view v = as_view(value);
+  std::uint32_t version = 0;
+  if (v.size() != 4)
+    return corrupt_record(table::meta, kSchemaVersionKey,
+                          "the schema version is a u32 (4 bytes), found " + std::to_string(v.size()) + " bytes");
+  get_u32(v, version);
+  if (version >= kOldestSchemaVersion && version < kSchemaVersion) {
+    // Every record of the older version reads as it is: only the version moves on.
+    rc = mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &current_value, 0);
+    if (rc == 0)
+      spdlog::info("storage: the store in {} is upgraded from schema version {} to {}", options.path, version,
+                   kSchemaVersion);
+    return from_lmdb(rc, "cannot write the schema version");
   }
-  rc = mdb_txn_commit(txn);
-  if (rc != 0) return from_lmdb(rc, "cannot commit the opening transaction");
-  // A new data.mdb (and a new data directory) is durable only once the directory holding it is
-  // synced: LMDB syncs the file, not its entry. Before any receipt depends on it.
-  if (new_store) rc = sync_directory(options.path);
-  if (rc == 0 && new_directory) {
-    auto parent = std::filesystem::absolute(options.path, ec).parent_path();
-    rc = sync_directory(parent.string());
-  }
-  if (rc != 0) return from_lmdb(rc, "cannot sync the data directory " + options.path);
-  if (status s = replay_log(); !s.ok()) return s;
-  return start_log();
+  if (version != kSchemaVersion)
+    return {status::code::bad_schema,
+            "the store in " + options.path + " has schema version " + std::to_string(version) +
+                " but this escrowd understands version " + std::to_string(kSchemaVersion) +
+                "; run the escrowd release that wrote it"};
+  return {};
 }
 
-// Before LMDB opens: read the commit log, and when the store was not closed cleanly and its latest
-// commit came after what the log calls durable (LMDB's commits run without a sync of their own),
-// go back to the commit before it, which is whole and synced; replay_log then applies the log's
-// records again. The base moves back with it, so that a crash during recovery does not go back
-// twice.
+// Before LMDB opens: read the commit log, and when the store was not closed cleanly, so that LMDB's
+// latest commit is after the log's checkpoint (LMDB's commits run without a sync of their own and
+// may not be whole on disk after a power cut), set LMDB back to the checkpoint: its meta page is
+// written back, and its pages are on disk and untouched since (the store pinned them). replay_log
+// then applies the log's records after it again, in one transaction, so that a crash during
+// recovery finds the checkpoint still whole and starts over.
 status store::impl::recover_before_open(bool new_store) {
   if (status s = commit_log::open(options.path, log); !s.ok()) return s;
   std::string data_file = options.path + "/data.mdb";
   struct stat st {};
   if (::stat(data_file.c_str(), &st) == 0) data_file_id = static_cast<std::uint64_t>(st.st_ino);
-  if (new_store || !log->found()) return {};
-  if (log->current().data_file != data_file_id) {
-    spdlog::warn("storage: the commit log of {} belongs to another data.mdb (was data.mdb restored from a "
-                 "backup?); it is not replayed and starts anew", options.path);
+  if (!log->found()) return {};
+  commit_log::control control = log->current();
+  lmdb_metas metas;
+  if (!new_store) {
+    if (status s = read_lmdb_metas(data_file, metas); !s.ok()) return s;
+  }
+  // A log beside a new data.mdb, beside another file, or beside one older than its checkpoint (a
+  // copy put in its place) is not this store's: it starts anew, nothing of it is replayed.
+  if (new_store || control.data_file != data_file_id || metas.latest_txnid < control.checkpoint) {
+    spdlog::warn("storage: the commit log of {} does not belong to its data.mdb (a new store beside an old log, "
+                 "or a data.mdb restored from a backup?); it is not replayed and starts anew", options.path);
     log.reset();  // start_log opens it again and starts a new generation over it
     return {};
   }
-  lmdb_metas metas;
-  if (status s = read_lmdb_metas(data_file, metas); !s.ok()) return s;
-  if (metas.latest_txnid <= log->current().base_txnid) return {};
-  spdlog::warn("storage: {} was not closed cleanly; its last LMDB commit ({}) is set aside and the commit log "
-               "replayed from commit {}", options.path, metas.latest_txnid, metas.other_txnid);
-  if (status s = discard_latest_lmdb_commit(data_file, metas); !s.ok()) return s;
-  return log->set_base(metas.other_txnid);
+  if (metas.latest_txnid == control.checkpoint) return {};
+  // LMDB must not be open in another process meanwhile (escrow check, mdb_stat): LMDB's first
+  // opener takes the transaction id from the meta pages; a later one would keep the old one.
+  if (status s = alone_on_lock_file(); !s.ok()) return s;
+  spdlog::warn("storage: {} was not closed cleanly; LMDB's commits after its last checkpoint ({} to {}) are "
+               "set aside and the commit log replayed", options.path, control.checkpoint + 1, metas.latest_txnid);
+  restored = true;
+  return restore_lmdb_meta(data_file, control.checkpoint_meta);
 }
 
-// Applies one commit log record (a group's batches) to LMDB in one transaction with its position,
-// and syncs it: after it, LMDB holds the record durably whatever happens next.
-status store::impl::apply_record(const log_position& at, std::string_view payload) {
+// Whether this process could be LMDB's first opener of the store: no other holds lock.mdb (LMDB
+// keeps a read lock on its first byte while the environment is open, and tests for exclusivity
+// with a write lock there).
+status store::impl::alone_on_lock_file() {
+  std::string path = options.path + "/lock.mdb";
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return {};  // no lock file: no one has it open
+  struct flock probe {};
+  probe.l_type = F_WRLCK;
+  probe.l_whence = SEEK_SET;
+  probe.l_start = 0;
+  probe.l_len = 1;
+  bool alone = ::fcntl(fd, F_SETLK, &probe) == 0;
+  ::close(fd);  // releases the probe
+  if (alone) return {};
+  return {status::code::io_error,
+          "another process has the store in " + options.path + " open (an escrow check, mdb_stat or mdb_dump?); "
+          "escrowd must be alone while it recovers the store after a crash: stop it and start escrowd again"};
+}
+
+// Applies one commit log record (a group's batches) to the replay's transaction.
+status store::impl::apply_record(MDB_txn* txn, const log_position& at, std::string_view payload) {
 #ifdef ESCROW_FAULT_INJECTION
   if (faults.next(fault_plan::point::replay) == fault_plan::fault::kill) raise(SIGKILL);
 #endif
-  for (;;) {
-    MDB_txn* txn = nullptr;
-    int rc = mdb_txn_begin(env, nullptr, 0, &txn);
-    std::string_view rest = payload;
-    std::uint64_t count = 0;
-    bool well_formed = get_varint(rest, count);
-    for (std::uint64_t i = 0; rc == 0 && well_formed && i < count; ++i) {
-      std::string_view rep;
-      well_formed = get_string(rest, rep);
-      if (well_formed) rc = apply(txn, rep);
-    }
-    if (rc == 0 && (!well_formed || !rest.empty())) rc = MDB_INVALID;
-    std::string position = at.encode();
-    MDB_val key = as_val(kLogPositionKey), value = as_val(position);
-    if (rc == 0) rc = mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &value, 0);
-    if (rc == 0) {
-      rc = mdb_txn_commit(txn);
-    } else if (txn) {
-      mdb_txn_abort(txn);
-    }
-    if (rc == MDB_MAP_FULL && grow_map()) continue;
-    if (rc == 0) rc = mdb_env_sync(env, 1);
-    if (rc == 0) return {};
-    status s = from_lmdb(rc, "the commit log record " + std::to_string(at.lsn) + " of " + options.path +
-                                 " does not apply to the store");
-    return {s.which() == status::code::store_full ? s.which() : status::code::corrupt,
-            s.message() + "; escrowd cannot start until it does (docs/storage.md, \"The commit log\")"};
+  std::string_view rest = payload;
+  std::uint64_t count = 0;
+  bool well_formed = get_varint(rest, count);
+  int rc = 0;
+  for (std::uint64_t i = 0; rc == 0 && well_formed && i < count; ++i) {
+    std::string_view rep;
+    well_formed = get_string(rest, rep);
+    if (well_formed) rc = apply(txn, rep);
   }
+  if (rc == 0 && (!well_formed || !rest.empty())) rc = MDB_INVALID;
+  if (rc == MDB_MAP_FULL) return {status::code::store_full, "map full"};
+  if (rc == 0) return {};
+  status s = from_lmdb(rc, "the commit log record " + std::to_string(at.lsn) + " of " + options.path +
+                               " does not apply to the store");
+  return {status::code::corrupt, s.message() + "; escrowd cannot start until it does (docs/storage.md, \"The commit log\")"};
 }
 
-// Applies the log's records after the position LMDB holds.
+// Applies the log's records after the position LMDB holds, all in one transaction with the last
+// record's position, synced: LMDB holds them entirely or not at all.
 status store::impl::replay_log() {
   if (!log || !log->found()) return {};
   log_position from;
@@ -419,16 +542,37 @@ status store::impl::replay_log() {
       return corrupt_record(table::meta, kLogPositionKey, "the log position is 24 bytes (salt, lsn, end)");
   }
   auto started = std::chrono::steady_clock::now();
-  std::uint64_t records = 0;
-  status s = log->replay(from, [&](const log_position& at, std::string_view payload) {
-    ++records;
-    return apply_record(at, payload);
-  });
-  if (!s.ok()) return s;
-  if (records > 0)
+  for (;;) {
+    MDB_txn* txn = nullptr;
+    int rc = mdb_txn_begin(env, nullptr, 0, &txn);
+    if (rc != 0) return from_lmdb(rc, "cannot begin the replay");
+    std::uint64_t records = 0;
+    log_position last;
+    status s = log->replay(from, [&](const log_position& at, std::string_view payload) {
+      ++records;
+      last = at;
+      return apply_record(txn, at, payload);
+    });
+    if (s.ok() && records > 0) {
+      std::string position = last.encode();
+      MDB_val key = as_val(kLogPositionKey), value = as_val(position);
+      rc = mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &value, 0);
+      if (rc == MDB_MAP_FULL) s = {status::code::store_full, "map full"};
+      else if (rc != 0) s = from_lmdb(rc, "cannot store the log position");
+    }
+    if (!s.ok() || records == 0) {
+      mdb_txn_abort(txn);
+      if (s.which() == status::code::store_full && grow_map()) continue;
+      return s;
+    }
+    rc = mdb_txn_commit(txn);
+    if (rc == MDB_MAP_FULL && grow_map()) continue;
+    if (rc == 0) rc = mdb_env_sync(env, 1);
+    if (rc != 0) return from_lmdb(rc, "cannot commit the replay of the commit log of " + options.path);
     spdlog::info("storage: replayed {} commits from the commit log of {} in {} ms", records, options.path,
                  std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count());
-  return {};
+    return {};
+  }
 }
 
 // Makes what LMDB holds durable, starts a new generation of the log on it, and turns the
@@ -446,9 +590,19 @@ status store::impl::start_log() {
   if (!log) {
     if (status s = commit_log::open(options.path, log); !s.ok()) return s;
   }
-  if (status s = log->start_generation(last_txnid, data_file_id, options.log_size); !s.ok()) return s;
+  MDB_stat est{};
+  mdb_env_stat(env, &est);
+  page_size = est.ms_psize;
+  int fd = -1;
+  mdb_env_get_fd(env, &fd);
+  checkpointed.txnid = last_txnid;
+  if (status s = capture_lmdb_meta(fd, page_size, last_txnid, checkpointed.meta); !s.ok()) return s;
+  if (status s = log->start_generation(last_txnid, checkpointed.meta, data_file_id, store_id, options.log_size);
+      !s.ok())
+    return s;
   rc = mdb_env_set_flags(env, MDB_NOSYNC, 1);
-  return from_lmdb(rc, "cannot set the store's flags");
+  if (rc != 0) return from_lmdb(rc, "cannot set the store's flags");
+  return pin_latest() ? status{} : status{status::code::io_error, "cannot begin the checkpoint's read transaction"};
 }
 
 // What send_room() answers from: the pages the tables use (each table's branch, leaf and
@@ -608,7 +762,7 @@ int store::impl::apply_group(std::vector<pending_batch>& group, bool isolated, b
 // Applies and commits `group`: growing a full map and trying again, and applying batch by batch
 // when one of them fails. 0 when committed (each batch's result says whether it was applied);
 // otherwise the code that refused the whole group (a full map that cannot grow, a full disk, an
-// I/O error), with nothing of it applied. The commit does not sync: make_durable does.
+// I/O error), with nothing of it applied. The commit does not sync: the group's log record does.
 int store::impl::write_group(std::vector<pending_batch>& group, std::uint64_t& applied) {
   bool isolated = false, stop_on_full = true;
   for (;;) {
@@ -624,8 +778,13 @@ int store::impl::write_group(std::vector<pending_batch>& group, std::uint64_t& a
       mdb_txn_abort(txn);
     }
     if (rc == 0) return 0;
+    if (log_reserved) log->cancel(log_at);  // no gap in the log's sequence
+    log_reserved = false;
     if (rc == MDB_MAP_FULL && stop_on_full) {
-      if (wait_data_synced() == 0 && grow_map()) continue;
+      if (release_pins_for_remap() != 0) return kCheckpointFailed;
+      bool grown = grow_map();
+      if (!pin_latest()) return kCheckpointFailed;
+      if (grown) continue;
       stop_on_full = false;  // cannot grow: refuse what does not fit, batch by batch
       isolated = true;
       continue;
@@ -642,10 +801,9 @@ int store::impl::write_group(std::vector<pending_batch>& group, std::uint64_t& a
 }
 
 // Before the commit: the group's record (its applied batches) gets its place in the commit log,
-// and LMDB's log position names it in the same transaction. Then waits until the commit before is
-// synced: LMDB keeps two meta pages, and this commit's meta page overwrites the older one, which
-// must by then name nothing that is not on disk. A group whose record would not fit in the log
-// is committed without a record (make_durable syncs it the old way).
+// and LMDB's log position names it in the same transaction. A record that would overwrite one the
+// last checkpoint still needs waits for a checkpoint first. A group whose record would not fit
+// in the log is committed without a record (the committer checkpoints it at once).
 int store::impl::seal(MDB_txn* txn, std::vector<pending_batch>& group) {
   std::size_t count = 0, size = 0;
   for (auto& p : group)
@@ -655,29 +813,34 @@ int store::impl::seal(MDB_txn* txn, std::vector<pending_batch>& group) {
     }
   size += varint_size(count);
   log_record = size <= log->max_payload();
-  if (log_record) {
-    log_payload.clear();
-    log_payload.reserve(size);
-    put_varint(log_payload, count);
-    for (auto& p : group)
-      if (!p.work.empty() && p.result.ok()) put_string(log_payload, p.work.rep());
-    if (status s = log->reserve(log_payload.size(), log_at); !s.ok()) {
+  if (!log_record) return 0;
+  log_payload.clear();
+  log_payload.reserve(size);
+  put_varint(log_payload, count);
+  for (auto& p : group)
+    if (!p.work.empty() && p.result.ok()) put_string(log_payload, p.work.rep());
+  for (int attempt = 0;; ++attempt) {
+    bool behind = false;
+    if (status s = log->reserve(log_payload.size(), log_at, behind); !s.ok()) {
       spdlog::error("storage: {}", s.message());
       return s.which() == status::code::store_full ? ENOSPC : EIO;
     }
-    std::string position = log_at.encode();
-    MDB_val key = as_val(kLogPositionKey), value = as_val(position);
-    if (int rc = mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &value, 0); rc != 0) return rc;
+    log_reserved = !behind;
+    if (!behind) break;
+    if (attempt > 0) return EIO;  // cannot happen: a checkpoint of the last commit frees the log
+    if (checkpoint_now() != 0) return kCheckpointFailed;
   }
-  data_sync_error = wait_data_synced();
-  return data_sync_error == 0 ? 0 : kDataSyncFailed;
+  last_record_end = log_at.at.end;
+  std::string position = log_at.at.encode();
+  MDB_val key = as_val(kLogPositionKey), value = as_val(position);
+  return mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &value, 0);
 }
 
 // mdb_txn_commit, through the fault-injection seam in test builds (fault_injection.h). The
 // environment runs with MDB_NOSYNC: the commit writes its pages and its meta page, unsynced.
 int store::impl::commit(MDB_txn* txn) {
 #ifdef ESCROW_FAULT_INJECTION
-  switch (faults.next(fault_plan::point::commit)) {
+  switch (next_fault(fault_plan::point::commit)) {
     case fault_plan::fault::map_full: mdb_txn_abort(txn); return kInjectedFull;
     case fault_plan::fault::enospc: mdb_txn_abort(txn); return ENOSPC;
     case fault_plan::fault::eio: {
@@ -691,48 +854,176 @@ int store::impl::commit(MDB_txn* txn) {
   return mdb_txn_commit(txn);
 }
 
-// After the commit: the data syncer syncs data.mdb while this thread writes the group's record to
-// the commit log and syncs it (the "sync" fault point); that sync makes the group durable. A group
-// too large for the log is synced in data.mdb here instead, and the log's base moves past it.
-// 0 or the errno of the failed write.
-int store::impl::make_durable() {
-  if (log_record) request_data_sync(last_txnid);
-  fault_plan::fault planned = fault_plan::fault::none;
-#ifdef ESCROW_FAULT_INJECTION
-  planned = faults.next(fault_plan::point::sync);
-  if (planned == fault_plan::fault::kill) raise(SIGKILL);
-  if (planned == fault_plan::fault::map_full || planned == fault_plan::fault::enospc) return ENOSPC;
-#endif
-  auto started = std::chrono::steady_clock::now();
-  int rc = 0;
-  if (log_record) {
-    rc = log->append(log_at, log_payload);
-  } else {
-    rc = mdb_env_sync(env, 1);
-    if (rc == 0 && !log->set_base(last_txnid).ok()) rc = EIO;
-  }
-  observe_fsync(std::chrono::steady_clock::now() - started);
-  return rc == 0 && planned == fault_plan::fault::eio ? EIO : rc;
+fault_plan::fault store::impl::next_fault(fault_plan::point p) {
+  std::lock_guard lock(fault_mutex);
+  return faults.next(p);
 }
 
-void store::impl::request_data_sync(std::uint64_t txnid) {
-  fault_plan::fault planned = fault_plan::fault::none;
+// After a group: its record (or, for a group with nothing to write, its results) goes to the log
+// writer, or is written here when nothing else waits and the writer is idle.
+void store::impl::hand_over(durable_job job, bool more_waiting) {
+  {
+    std::lock_guard lock(writer_mutex);
+    if (more_waiting || writer_busy || !to_write.empty()) {
+      to_write.push_back(std::move(job));
+      writer_changed.notify_all();
+      return;
+    }
+    writer_busy = true;
+  }
+  std::vector<durable_job> jobs;
+  jobs.push_back(std::move(job));
+  write_jobs(jobs);
+  std::lock_guard lock(writer_mutex);
+  writer_busy = false;
+  writer_changed.notify_all();
+}
+
+// Writes the records of `jobs`, syncs the log once (the "sync" fault point), then completes every
+// batch of them in order. A failed write or sync fails them and every later write (fsyncgate).
+void store::impl::write_jobs(std::vector<durable_job>& jobs) {
+  bool any_record = false;
+  for (auto& j : jobs) any_record = any_record || j.record;
+  int rc = writer_failed ? EIO : 0;
+  if (any_record && rc == 0) {
+    fault_plan::fault planned = fault_plan::fault::none;
 #ifdef ESCROW_FAULT_INJECTION
-  planned = faults.next(fault_plan::point::data_sync);
+    planned = next_fault(fault_plan::point::sync);
+    if (planned == fault_plan::fault::kill) raise(SIGKILL);
+    if (planned == fault_plan::fault::map_full || planned == fault_plan::fault::enospc) rc = ENOSPC;
+#endif
+    auto started = std::chrono::steady_clock::now();
+    for (auto& j : jobs)
+      if (rc == 0 && j.record) rc = log->write(j.slot, j.payload);
+    if (rc == 0) rc = log->sync();
+    observe_fsync(std::chrono::steady_clock::now() - started);
+    if (rc == 0 && planned == fault_plan::fault::eio) rc = EIO;
+    if (rc != 0 && !writer_failed) {
+      writer_failed = true;
+      failed = true;
+      spdlog::critical("storage: the commit log write failed: {}; the store refuses every write until escrowd "
+                       "restarts (docs/storage.md, \"When a write fails\")", mdb_strerror(rc));
+    }
+  }
+  status lost(status::code::failed, from_lmdb(rc, "commit log write failed").message() +
+                                        "; whether this write reached the disk is unknown (it may be there after a "
+                                        "restart); the store refuses every write until escrowd restarts");
+  for (auto& j : jobs) {
+    if (rc != 0 && j.record)
+      for (auto& p : j.group)
+        if (!p.work.empty()) p.result = lost;
+    complete(j.group);
+  }
+}
+
+void store::impl::run_writer() {
+  std::unique_lock lock(writer_mutex);
+  for (;;) {
+    writer_changed.wait(lock, [&] { return writer_stopping || (!to_write.empty() && !writer_busy); });
+    if (to_write.empty()) return;  // stopping, everything written
+    std::vector<durable_job> jobs(std::make_move_iterator(to_write.begin()), std::make_move_iterator(to_write.end()));
+    to_write.clear();
+    writer_busy = true;
+    lock.unlock();
+    write_jobs(jobs);
+    lock.lock();
+    writer_busy = false;
+    writer_changed.notify_all();
+  }
+}
+
+// A read transaction on LMDB's latest commit, which must be the checkpoint's: the pin of that
+// commit. False when LMDB refuses one (then nothing more may be committed: the checkpoint's pages
+// would not be protected).
+bool store::impl::pin_latest() {
+  if (checkpointed.pin) return true;
+  if (mdb_txn_begin(env, nullptr, MDB_RDONLY, &checkpointed.pin) == 0) return true;
+  checkpointed.pin = nullptr;
+  spdlog::critical("storage: cannot begin the read transaction that holds the checkpoint of {}", options.path);
+  return false;
+}
+
+// Growing the map needs no transaction open: checkpoint the latest commit, so that no earlier
+// one is needed, and only then let its pin go (pin_latest takes it again once the map has grown).
+int store::impl::release_pins_for_remap() {
+  if (int rc = checkpoint_now(); rc != 0) return rc;
+  if (checkpointed.pin) mdb_txn_abort(checkpointed.pin);
+  checkpointed.pin = nullptr;
+  return 0;
+}
+
+// Hands the last commit to the data syncer, with its meta page and a pin on its pages. False when
+// one is already under way or nothing is new since the last checkpoint.
+bool store::impl::start_checkpoint() {
+  if (failed || checkpoint_running || last_txnid <= checkpointed.txnid) return false;
+  checkpoint_job job;
+  job.txnid = last_txnid;
+  job.log_end = last_record_end;
+  int fd = -1;
+  mdb_env_get_fd(env, &fd);
+  if (!capture_lmdb_meta(fd, page_size, last_txnid, job.meta).ok()) return false;
+  if (mdb_txn_begin(env, nullptr, MDB_RDONLY, &job.pin) != 0) return false;
+#ifdef ESCROW_FAULT_INJECTION
+  job.planned = next_fault(fault_plan::point::data_sync);
 #endif
   {
     std::lock_guard lock(sync_mutex);
-    sync_requested = txnid;
-    sync_fault = planned;
+    requested = std::move(job);
   }
+  checkpoint_running = true;
   sync_changed.notify_all();
+  return true;
 }
 
-// 0 once every commit so far is synced in data.mdb, or the errno of the first sync that failed.
-int store::impl::wait_data_synced() {
-  std::unique_lock lock(sync_mutex);
-  sync_changed.wait(lock, [&] { return sync_done >= sync_requested; });
-  return sync_error;
+// Takes a finished checkpoint (waiting for it when `wait`): its pin replaces the last one, and the
+// log's records before its commit may be overwritten. 0, or the errno of its failed sync (the
+// store then stops taking writes).
+int store::impl::collect_checkpoint(bool wait) {
+  if (!checkpoint_running) {
+    std::lock_guard lock(sync_mutex);
+    return sync_error;  // sticky: a checkpoint that failed stays failed
+  }
+  std::optional<checkpoint_job> done;
+  int error = 0;
+  {
+    std::unique_lock lock(sync_mutex);
+    if (wait) sync_changed.wait(lock, [&] { return finished.has_value(); });
+    if (!finished) return 0;
+    done = std::move(finished);
+    finished.reset();
+    error = sync_error;
+  }
+  checkpoint_running = false;
+  if (error != 0) {
+    if (done->pin) mdb_txn_abort(done->pin);
+    return error;
+  }
+  if (checkpointed.pin) mdb_txn_abort(checkpointed.pin);
+  checkpointed = std::move(*done);
+  log->keep_from(checkpointed.log_end);
+  last_checkpoint_at = std::chrono::steady_clock::now();
+  return 0;
+}
+
+// A checkpoint of the last commit, waited for. 0 or the errno of its failure.
+int store::impl::checkpoint_now() {
+  if (int rc = collect_checkpoint(true); rc != 0) return rc;
+  if (!start_checkpoint()) return last_txnid <= checkpointed.txnid ? 0 : EIO;
+  return collect_checkpoint(true);
+}
+
+// After a group, and when idle: collect a finished checkpoint; start the next one when the last
+// is storage.checkpoint-interval-ms old, or a quarter of the log has been written since.
+void store::impl::maybe_checkpoint() {
+  if (failed) return;
+  if (collect_checkpoint(false) != 0) {
+    failed = true;
+    return;
+  }
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_checkpoint_at >= std::chrono::milliseconds(options.checkpoint_interval_ms) ||
+      log->since_checkpoint() >= options.log_size / 4)
+    start_checkpoint();
 }
 
 // mdb_env_sync, through the fault-injection seam (the "data_sync" point).
@@ -754,22 +1045,28 @@ int store::impl::data_sync(fault_plan::fault planned) {
   return rc;
 }
 
+// The data syncer: for each checkpoint asked for, syncs data.mdb and then records the commit in
+// the log's control block (synced too).
 void store::impl::run_syncer() {
   std::unique_lock lock(sync_mutex);
   for (;;) {
-    sync_changed.wait(lock, [&] { return syncer_stopping || sync_requested > sync_done; });
-    if (sync_requested <= sync_done) return;  // stopping, nothing left to sync
-    std::uint64_t target = sync_requested;
-    fault_plan::fault planned = sync_fault;
+    sync_changed.wait(lock, [&] { return syncer_stopping || requested.has_value(); });
+    if (!requested) return;  // stopping, nothing asked
+    checkpoint_job job = std::move(*requested);
+    requested.reset();
+    // After a failed sync, a later fdatasync may report success for pages the kernel dropped
+    // ("fsyncgate"): no checkpoint is made or recorded again until escrowd restarts.
+    int rc = sync_error;
     lock.unlock();
-    int rc = data_sync(planned);
+    if (rc == 0) rc = data_sync(job.planned);
+    if (rc == 0 && !log->set_checkpoint(job.txnid, job.meta).ok()) rc = EIO;
     lock.lock();
     if (rc != 0 && sync_error == 0) {
       sync_error = rc;
-      spdlog::critical("storage: the sync of {}/data.mdb failed: {}; the store refuses every write until escrowd "
+      spdlog::critical("storage: the checkpoint of {} failed: {}; the store refuses every write until escrowd "
                        "restarts (what was reported stored is in the commit log)", options.path, mdb_strerror(rc));
     }
-    sync_done = target;
+    finished = std::move(job);
     sync_changed.notify_all();
   }
 }
@@ -799,7 +1096,8 @@ bool store::impl::grow_map() {
 
 // After a failed write or sync what is on disk is unknown, and a retried fsync may report success
 // for pages the kernel already dropped ("fsyncgate"): this group and every later write fail, and
-// the store stays failed until escrowd restarts and reads what is on disk (and in the log).
+// the store stays failed until escrowd restarts and reads what is on disk (and in the log). Sets
+// the results; the group is completed in its turn.
 void store::impl::fail_for_good(const status& why, std::vector<pending_batch>& group) {
   failed = true;
   status s(status::code::failed, why.message() + "; whether this write reached the disk is unknown (it may be "
@@ -809,7 +1107,6 @@ void store::impl::fail_for_good(const status& why, std::vector<pending_batch>& g
                    s.message(), group.size());
   for (auto& p : group)
     if (!p.work.empty()) p.result = s;
-  complete(group);
 }
 
 void store::impl::complete(std::vector<pending_batch>& done) {
@@ -830,7 +1127,20 @@ void store::impl::run_committer() {
   for (;;) {
     {
       std::unique_lock lock(mutex);
-      wake.wait(lock, [&] { return stopping || !waiting.empty(); });
+      // Idle with commits not yet checkpointed: a checkpoint within the interval all the same, so
+      // that a restart has little to replay.
+      while (!stopping && waiting.empty()) {
+        if (!failed && (last_txnid > checkpointed.txnid || checkpoint_running)) {
+          if (!wake.wait_for(lock, std::chrono::milliseconds(options.checkpoint_interval_ms),
+                             [&] { return stopping || !waiting.empty(); })) {
+            lock.unlock();
+            maybe_checkpoint();
+            lock.lock();
+          }
+        } else {
+          wake.wait(lock, [&] { return stopping || !waiting.empty(); });
+        }
+      }
       if (waiting.empty()) return;  // stopping, everything completed
       while (!waiting.empty() && group.size() < options.max_group_batches) {
         group.push_back(std::move(waiting.front()));
@@ -839,7 +1149,7 @@ void store::impl::run_committer() {
     }
     bool any_writes = false;
     for (auto& p : group) any_writes = any_writes || !p.work.empty();
-
+    durable_job job;
     if (failed) {
       for (auto& p : group)
         if (!p.work.empty())
@@ -847,8 +1157,8 @@ void store::impl::run_committer() {
     } else if (any_writes) {
       std::uint64_t applied = 0;
       int rc = write_group(group, applied);
-      if (rc == 0) rc = make_durable();
-      else if (rc == ENOSPC || rc == EDQUOT || rc == MDB_MAP_FULL) {
+      if (rc == 0 && !log_record) rc = checkpoint_now() == 0 ? 0 : kCheckpointFailed;  // too large for the log
+      if (rc == ENOSPC || rc == EDQUOT || rc == MDB_MAP_FULL) {
         // A full map, or a full disk met before anything was written: nothing of the group is on
         // disk and the environment is intact, so each batch is refused as store_full and writes
         // go on.
@@ -857,42 +1167,58 @@ void store::impl::run_committer() {
         refusing = true;
         for (auto& p : group)
           if (!p.work.empty()) p.result = s;
-        complete(group);
-        continue;
-      }
-      if (rc != 0) {
-        fail_for_good(rc == kDataSyncFailed ? status(status::code::io_error, "the sync of data.mdb failed: " +
-                                                                                 std::string(mdb_strerror(data_sync_error)))
-                                            : from_lmdb(rc, "storage write failed"),
+      } else if (rc != 0) {
+        fail_for_good(rc == kCheckpointFailed
+                          ? status(status::code::io_error, "a checkpoint (the sync of data.mdb) failed")
+                          : from_lmdb(rc, "storage write failed"),
                       group);
-        continue;
-      }
-      commits.fetch_add(1, std::memory_order_relaxed);
-      batches.fetch_add(applied, std::memory_order_relaxed);
-      observe_group(applied);
-      if (refusing && applied > 0) {
-        refusing = false;
-        spdlog::warn("storage: writes are stored again");
+      } else {
+        commits.fetch_add(1, std::memory_order_relaxed);
+        batches.fetch_add(applied, std::memory_order_relaxed);
+        observe_group(applied);
+        if (refusing && applied > 0) {
+          refusing = false;
+          spdlog::warn("storage: writes are stored again");
+        }
+        job.record = log_record;
+        if (log_record) {
+          job.slot = log_at;
+          job.payload = std::move(log_payload);
+          log_reserved = false;
+        }
       }
     }
-    complete(group);
+    job.group = std::move(group);
+    group.clear();
+    bool more_waiting;
+    {
+      std::lock_guard lock(mutex);
+      more_waiting = !waiting.empty();
+    }
+    hand_over(std::move(job), more_waiting);
+    if (!failed) maybe_checkpoint();
     trim_resident_pages();
   }
 }
 
-// A clean close: once data.mdb holds the last commit, the log's base moves to it, so that the
-// next start has nothing to go back over or replay.
+// A clean close: a checkpoint of the last commit, so that the next start has nothing to go back
+// over or replay; then the pins go and the syncer stops.
 void store::impl::close_cleanly() {
-  int rc = wait_data_synced();
+  if (!failed && log) {
+    if (int rc = checkpoint_now(); rc != 0)
+      spdlog::warn("storage: the last checkpoint of {} failed: {}; the next start replays the commit log",
+                   options.path, mdb_strerror(rc));
+  } else {
+    (void)collect_checkpoint(true);
+  }
+  if (checkpointed.pin) mdb_txn_abort(checkpointed.pin);
+  checkpointed.pin = nullptr;
   {
     std::lock_guard lock(sync_mutex);
     syncer_stopping = true;
   }
   sync_changed.notify_all();
   if (syncer.joinable()) syncer.join();
-  if (rc == 0 && !failed && log && last_txnid > log->current().base_txnid) {
-    if (status s = log->set_base(last_txnid); !s.ok()) spdlog::warn("storage: {}", s.message());
-  }
 }
 
 // Every page LMDB reads through its read-only shared map (each page a write transaction copies
@@ -949,6 +1275,7 @@ status store::open(const store_options& options, std::unique_ptr<store>& out) {
   if (status s = p->open_environment(); !s.ok()) return s;
   impl* raw = p.get();
   raw->syncer = std::thread([raw] { raw->run_syncer(); });
+  raw->writer = std::thread([raw] { raw->run_writer(); });
   raw->committer = std::thread([raw] { raw->run_committer(); });
   out.reset(new store(std::move(p)));
   return {};
@@ -962,6 +1289,12 @@ store::~store() {
   }
   impl_->wake.notify_one();
   if (impl_->committer.joinable()) impl_->committer.join();
+  {
+    std::lock_guard lock(impl_->writer_mutex);
+    impl_->writer_stopping = true;
+  }
+  impl_->writer_changed.notify_all();
+  if (impl_->writer.joinable()) impl_->writer.join();
   impl_->close_cleanly();
 }
 

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
-#include <cstring>
 #include <limits>
 
 namespace escrow {
@@ -139,84 +138,87 @@ bool frame_parser::fail(std::string message) {
 
 bool frame_parser::feed(std::string_view data, std::vector<frame>& out) {
   if (!error_.empty()) return false;
+  while (!data.empty()) {
+    if (!step(data, out)) return false;
+  }
+  return true;
+}
+
+// One step of the state machine: consumes a prefix of `data` (at least one byte, or the whole of
+// it when a line or body goes on past it). False once the parser has failed.
+bool frame_parser::step(std::string_view& data, std::vector<frame>& out) {
+  switch (state_) {
+    case state::between_frames: skip_heart_beat(data); return true;
+    case state::command:
+    case state::headers: return take_line(data);
+    case state::body_by_length: take_counted_body(data); return true;
+    case state::trailing_nul: return take_trailing_nul(data, out);
+    case state::body_to_nul: return take_body_to_nul(data, out);
+  }
+  return true;
+}
+
+void frame_parser::skip_heart_beat(std::string_view& data) {
+  // Heart-beats: bare LFs are skipped here; a CRLF becomes an empty command line.
+  if (data.front() == '\n') data.remove_prefix(1);
+  else state_ = state::command;
+}
+
+bool frame_parser::take_line(std::string_view& data) {
   // A line may hold max_header_length bytes plus the CR of a CRLF.
   const std::size_t line_cap = limits_.max_header_length == std::numeric_limits<std::size_t>::max()
                                    ? limits_.max_header_length
                                    : limits_.max_header_length + 1;
-  const char* p = data.data();
-  std::size_t left = data.size();
-  const auto advance = [&](std::size_t n) {
-    p += n;
-    left -= n;
-  };
-  const auto emit = [&] {
-    out.push_back(std::move(current_));
-    current_ = frame{};
-    frame_bytes_ = 0;
-    state_ = state::between_frames;
-  };
-
-  while (left > 0) {
-    switch (state_) {
-      case state::between_frames:
-        // Heart-beats: bare LFs are skipped here; a CRLF becomes an empty command line.
-        if (*p == '\n') {
-          advance(1);
-        } else {
-          state_ = state::command;
-        }
-        break;
-
-      case state::command:
-      case state::headers: {
-        const auto* lf = static_cast<const char*>(std::memchr(p, '\n', left));
-        const std::size_t take = lf ? static_cast<std::size_t>(lf - p) : left;
-        if (take > line_cap - line_.size()) {
-          return fail((state_ == state::command ? "command line exceeds " : "header line exceeds ") +
-                      std::to_string(limits_.max_header_length) + " bytes");
-        }
-        line_.append(p, take);
-        advance(take);
-        if (lf == nullptr) break;
-        advance(1);
-        if (!finish_line(line_)) return false;
-        break;
-      }
-
-      case state::body_by_length: {
-        const auto take = static_cast<std::size_t>(std::min<std::uint64_t>(body_remaining_, left));
-        current_.body.append(p, take);
-        advance(take);
-        body_remaining_ -= take;
-        frame_bytes_ += take;
-        if (body_remaining_ == 0) state_ = state::trailing_nul;
-        break;
-      }
-
-      case state::trailing_nul:
-        if (*p != '\0') return fail("frame body longer than content-length");
-        advance(1);
-        emit();
-        break;
-
-      case state::body_to_nul: {
-        const auto* nul = static_cast<const char*>(std::memchr(p, '\0', left));
-        const std::size_t take = nul ? static_cast<std::size_t>(nul - p) : left;
-        // Fail as soon as the body cannot fit, without waiting for its NUL.
-        if (!room_for(frame_bytes_, take, limits_.max_frame_size)) {
-          return fail("frame exceeds " + std::to_string(limits_.max_frame_size) + " bytes");
-        }
-        current_.body.append(p, take);
-        advance(take);
-        frame_bytes_ += take;
-        if (nul == nullptr) break;
-        advance(1);
-        emit();
-        break;
-      }
-    }
+  const std::size_t lf = data.find('\n');
+  const std::size_t take = lf == std::string_view::npos ? data.size() : lf;
+  if (take > line_cap - line_.size()) {
+    return fail((state_ == state::command ? "command line exceeds " : "header line exceeds ") +
+                std::to_string(limits_.max_header_length) + " bytes");
   }
+  line_.append(data.substr(0, take));
+  data.remove_prefix(take);
+  if (lf == std::string_view::npos) return true;  // the line goes on in the next feed()
+  data.remove_prefix(1);
+  return finish_line(line_);
+}
+
+void frame_parser::take_counted_body(std::string_view& data) {
+  const auto take = static_cast<std::size_t>(std::min<std::uint64_t>(body_remaining_, data.size()));
+  current_.body.append(data.substr(0, take));
+  data.remove_prefix(take);
+  body_remaining_ -= take;
+  frame_bytes_ += take;
+  if (body_remaining_ == 0) state_ = state::trailing_nul;
+}
+
+bool frame_parser::take_trailing_nul(std::string_view& data, std::vector<frame>& out) {
+  if (data.front() != '\0') return fail("frame body longer than content-length");
+  data.remove_prefix(1);
+  emit(out);
   return true;
+}
+
+bool frame_parser::take_body_to_nul(std::string_view& data, std::vector<frame>& out) {
+  const std::size_t nul = data.find('\0');
+  const std::size_t take = nul == std::string_view::npos ? data.size() : nul;
+  // Fail as soon as the body cannot fit, without waiting for its NUL.
+  if (!room_for(frame_bytes_, take, limits_.max_frame_size)) {
+    return fail("frame exceeds " + std::to_string(limits_.max_frame_size) + " bytes");
+  }
+  current_.body.append(data.substr(0, take));
+  data.remove_prefix(take);
+  frame_bytes_ += take;
+  if (nul == std::string_view::npos) return true;  // the body goes on in the next feed()
+  data.remove_prefix(1);
+  emit(out);
+  return true;
+}
+
+void frame_parser::emit(std::vector<frame>& out) {
+  out.push_back(std::move(current_));
+  current_ = frame{};
+  frame_bytes_ = 0;
+  state_ = state::between_frames;
 }
 
 bool frame_parser::finish_line(std::string_view line) {

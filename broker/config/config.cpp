@@ -189,6 +189,7 @@ toml_keys storage_keys(broker_config& config) {
           {"max-map-size", unsigned_field(config.max_map_size)},
           {"min-free-disk", unsigned_field(config.min_free_disk)},
           {"log-size", unsigned_field(config.log_size, 16 * 1024 * 1024)},
+          {"checkpoint-interval-ms", unsigned_field(config.checkpoint_interval_ms, 1)},
           {"backup-root", string_field(config.backup_root)}};
 }
 

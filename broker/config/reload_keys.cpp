@@ -64,6 +64,7 @@ const config_key kConfigKeys[] = {
     {"storage.max-map-size", same<&C::max_map_size>},
     {"storage.min-free-disk", same<&C::min_free_disk>},
     {"storage.log-size", same<&C::log_size>},
+    {"storage.checkpoint-interval-ms", same<&C::checkpoint_interval_ms>},
     {"limits.max-frame-size", same<&C::frames, &frame_limits::max_frame_size>},
     {"limits.max-headers", same<&C::frames, &frame_limits::max_headers>},
     {"limits.max-header-length", same<&C::frames, &frame_limits::max_header_length>},

@@ -260,6 +260,7 @@ int open_store(const broker_config& config, std::unique_ptr<storage::store>& sto
   options.map_size_limit = config.max_map_size;
   options.min_free_disk = config.min_free_disk;
   options.log_size = config.log_size;
+  options.checkpoint_interval_ms = config.checkpoint_interval_ms;
   // Test builds only: ESCROW_FAULTS makes chosen commits or syncs fail (docs/storage.md).
   if (const char* faults = std::getenv("ESCROW_FAULTS"); faults && *faults) {
     std::string error;

@@ -265,6 +265,8 @@ void run_producer(const options& o, int index, shared_state& st, producer_result
   std::uint64_t outstanding = 0;
   r.latency_us.reserve(o.window > 0 ? o.count : 0);
   std::string wire;
+  std::string body;  // reused: a SEND's body is written from here into `wire`, no frame in between
+  const std::string expires_at = std::to_string(o.expires_at);
   auto timeout = to_duration(o.timeout);
 
   // Handles one frame from the broker: a RECEIPT closes an outstanding SEND.
@@ -314,15 +316,14 @@ void run_producer(const options& o, int index, shared_state& st, producer_result
       b.add("transaction", txid);
       escrow::encode_to(wire, b);
       for (std::uint32_t i = 0; i < o.tx; ++i) {
-        escrow::frame f;
-        f.command = "SEND";
-        f.body = "p" + std::to_string(index) + "-" + std::to_string(numbered++) + "|";
-        if (f.body.size() < o.body_size) f.body.append(padding, 0, o.body_size - f.body.size());
-        f.add("destination", destination);
-        if (o.persistent || !o.omit_persistent_false) f.add("persistent", o.persistent ? "true" : "false");
-        f.add("transaction", txid);
-        f.add("content-length", std::to_string(f.body.size()));
-        escrow::encode_to(wire, f);
+        body = "p" + std::to_string(index) + "-" + std::to_string(numbered++) + "|";
+        if (body.size() < o.body_size) body.append(padding, 0, o.body_size - body.size());
+        escrow::frame_writer w(wire, "SEND", escrow::stomp_version::v1_2, body.size() + destination.size() + 96);
+        w.header("destination", destination);
+        if (o.persistent || !o.omit_persistent_false) w.header("persistent", o.persistent ? "true" : "false");
+        w.header("transaction", txid);
+        w.header("content-length", std::to_string(body.size()));
+        w.finish(body);
       }
       escrow::frame cm;
       cm.command = "COMMIT";
@@ -357,19 +358,19 @@ void run_producer(const options& o, int index, shared_state& st, producer_result
   for (std::uint64_t seq = 0; seq < o.count && ok && o.tx == 0; ++seq) {
     while (o.window > 0 && outstanding >= o.window && ok) ok = wait_one();
     if (!ok) break;
-    escrow::frame f;
-    f.command = "SEND";
     bool expiring = o.expire_every > 0 && seq % o.expire_every == o.expire_every - 1;
-    std::string prefix = expiring ? "x|" : "p" + std::to_string(index) + "-" + std::to_string(numbered++) + "|";
-    if (expiring) f.add("expires", std::to_string(o.expires_at));
-    f.body = prefix;
-    if (prefix.size() < o.body_size) f.body.append(padding, 0, o.body_size - prefix.size());
-    f.add("destination", destination);
-    if (o.persistent || !o.omit_persistent_false) f.add("persistent", o.persistent ? "true" : "false");
-    f.add("content-length", std::to_string(f.body.size()));
-    if (o.window > 0) f.add("receipt", "s" + std::to_string(seq));
+    body = expiring ? "x|" : "p" + std::to_string(index) + "-" + std::to_string(numbered++) + "|";
+    if (body.size() < o.body_size) body.append(padding, 0, o.body_size - body.size());
     wire.clear();
-    escrow::encode_to(wire, f);
+    {
+      escrow::frame_writer w(wire, "SEND", escrow::stomp_version::v1_2, body.size() + destination.size() + 96);
+      if (expiring) w.header("expires", expires_at);
+      w.header("destination", destination);
+      if (o.persistent || !o.omit_persistent_false) w.header("persistent", o.persistent ? "true" : "false");
+      w.header("content-length", std::to_string(body.size()));
+      if (o.window > 0) w.header("receipt", "s" + std::to_string(seq));
+      w.finish(body);
+    }
     auto now = clock_type::now();
     if (seq == 0) r.first_send = now;
     if (o.window > 0) sent_at[seq] = now;
@@ -482,10 +483,9 @@ void run_consumer(const options& o, int index, shared_state& st, consumer_result
         ++r.unparsable;
       }
       if (acking) {
-        escrow::frame ack;
-        ack.command = "ACK";
-        ack.add("id", std::string(f->get("ack")));
-        escrow::encode_to(acks, ack);
+        escrow::frame_writer ack(acks, "ACK", escrow::stomp_version::v1_2, f->get("ack").size() + 8);
+        ack.header("id", f->get("ack"));
+        ack.finish({});
       }
       ++st.received;
     }

@@ -164,16 +164,15 @@ bool parse_body(std::string_view body, std::uint64_t& id) {
 
 void append_send(std::string& wire, const options& o, const std::string& destination, std::uint64_t id,
                  const std::string* transaction, const std::string* receipt = nullptr) {
-  escrow::frame f;
-  f.command = "SEND";
-  f.body = "m" + std::to_string(run_nonce) + "-" + std::to_string(id) + "|";
-  if (f.body.size() < o.body_size) f.body.append(o.body_size - f.body.size(), 'x');
-  f.add("destination", destination);
-  f.add("persistent", "true");
-  if (transaction) f.add("transaction", *transaction);
-  if (receipt) f.add("receipt", *receipt);
-  f.add("content-length", std::to_string(f.body.size()));
-  escrow::encode_to(wire, f);
+  std::string body = "m" + std::to_string(run_nonce) + "-" + std::to_string(id) + "|";
+  if (body.size() < o.body_size) body.append(o.body_size - body.size(), 'x');
+  escrow::frame_writer w(wire, "SEND", escrow::stomp_version::v1_2, body.size() + destination.size() + 128);
+  w.header("destination", destination);
+  w.header("persistent", "true");
+  if (transaction) w.header("transaction", *transaction);
+  if (receipt) w.header("receipt", *receipt);
+  w.header("content-length", std::to_string(body.size()));
+  w.finish(body);
 }
 
 std::string hex(std::string_view bytes) {

@@ -1,151 +1,135 @@
-// The plain TCP transport: a blocking socket with a connect deadline (non-blocking connect and
-// poll) and a send timeout (SO_SNDTIMEO), so that no write can hang forever on a broker that
-// stopped reading.
-#include <fcntl.h>
+// Connecting on Asio, and the plain TCP transport: asio_transport over a TCP socket. The connect
+// has a deadline per address (an async_connect run for at most the timeout); writes have the
+// write timeout of asio_transport, so that none can hang forever on a broker that stopped reading.
 #include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <cstring>
+#include <boost/asio/connect.hpp>
 
-#include "transport.h"
+#include <algorithm>
+#include <cerrno>
+
+#include "asio_transport.h"
 
 namespace escrow::client::detail {
 namespace {
 
-std::string system_message(int code) { return std::strerror(code); }
-
-class tcp_transport final : public transport {
+class tcp_transport final : public asio_transport<asio::ip::tcp::socket> {
  public:
-  explicit tcp_transport(int fd) : fd_(fd) {}
-  ~tcp_transport() override { ::close(fd_); }
-
-  long read_some(char* buffer, std::size_t size, std::string* error) override {
-    for (;;) {
-      if (shut_.load()) {
-        *error = "the connection was shut down";
-        return -1;
-      }
-      ssize_t n = ::recv(fd_, buffer, size, 0);
-      if (n >= 0) return static_cast<long>(n);
-      if (errno == EINTR) continue;
-      *error = "reading from the broker failed: " + system_message(errno);
-      return -1;
-    }
-  }
-
-  bool write_all(std::string_view data, std::string* error) override {
-    while (!data.empty()) {
-      if (shut_.load()) {
-        *error = "the connection was shut down";
-        return false;
-      }
-      ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-          *error = "writing to the broker timed out: it is not reading (overloaded or hung)";
-        else
-          *error = "writing to the broker failed: " + system_message(errno);
-        return false;
-      }
-      data.remove_prefix(static_cast<std::size_t>(n));
-    }
-    return true;
-  }
-
-  void shutdown() override {
-    if (!shut_.exchange(true)) ::shutdown(fd_, SHUT_RDWR);
-  }
+  explicit tcp_transport(std::chrono::milliseconds write_timeout) : asio_transport(write_timeout) {}
 
  private:
-  int fd_;
-  std::atomic<bool> shut_{false};
+  // A non-blocking receive (the socket is in non-blocking mode, connect_tcp): a reader that keeps
+  // up with a busy broker reads with one system call per read, as before Asio.
+  bool read_now(char* buffer, std::size_t size, std::size_t& n, boost::system::error_code& ec) override {
+    n = stream_.read_some(asio::buffer(buffer, size), ec);
+    return ec != asio::error::would_block && ec != asio::error::try_again;
+  }
+
+  // The kernel's send on the descriptor, never waiting: it is safe beside the reader's receive,
+  // and close_stream() cannot close the descriptor meanwhile (both hold the transport's mutex).
+  std::size_t send_now(std::string_view data, boost::system::error_code& ec) override {
+    std::size_t sent = 0;
+    while (sent < data.size()) {
+      ssize_t n = ::send(stream_.native_handle(), data.data() + sent, data.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n >= 0) {
+        sent += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) ec.assign(errno, boost::system::system_category());
+      break;
+    }
+    return sent;
+  }
 };
 
-// Connects `fd` to `address` within `timeout_ms`; 0 or an errno value.
-int connect_within(int fd, const sockaddr* address, socklen_t length, int timeout_ms) {
-  int flags = ::fcntl(fd, F_GETFL, 0);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) return errno;
-  int rc = ::connect(fd, address, length);
-  int result = 0;
-  if (rc < 0 && errno != EINPROGRESS) {
-    result = errno;
-  } else if (rc < 0) {
-    pollfd p{fd, POLLOUT, 0};
-    int n;
-    do {
-      n = ::poll(&p, 1, timeout_ms);
-    } while (n < 0 && errno == EINTR);
-    if (n == 0) {
-      result = ETIMEDOUT;
-    } else if (n < 0) {
-      result = errno;
-    } else {
-      socklen_t len = sizeof result;
-      if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &result, &len) < 0) result = errno;
-    }
-  }
-  if (result == 0 && ::fcntl(fd, F_SETFL, flags) < 0) result = errno;
-  return result;
+// A failed look-up in getaddrinfo's words ("Name or service not known"), as before Asio: Asio
+// turns its codes into its own, with texts of its own.
+std::string resolve_failure(const boost::system::error_code& ec) {
+  if (ec == asio::error::host_not_found) return ::gai_strerror(EAI_NONAME);
+  if (ec == asio::error::host_not_found_try_again) return ::gai_strerror(EAI_AGAIN);
+  if (ec == asio::error::no_recovery) return ::gai_strerror(EAI_FAIL);
+  if (ec == asio::error::service_not_found) return ::gai_strerror(EAI_SERVICE);
+  return ec.message();
 }
 
 }  // namespace
 
-int connect_socket(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout,
-                   std::string* error) {
-  std::string where = host + ":" + std::to_string(port);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  std::string service = std::to_string(port);
-  if (int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
-    *error = "cannot resolve " + host + ": " + ::gai_strerror(rc);
-    return -1;
+bool run_until(asio::io_context& io, const bool& done, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  io.restart();
+  while (!done) {
+    auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= std::chrono::steady_clock::duration::zero()) break;
+    if (io.run_one_for(left) == 0 && io.stopped()) io.restart();  // out of work for a moment
   }
-  int fd = -1;
-  int last = ECONNREFUSED;
-  auto timeout_ms = static_cast<int>(std::max<std::chrono::milliseconds::rep>(timeout.count(), 1));
-  for (addrinfo* a = found; a; a = a->ai_next) {
-    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+  io.restart();
+  return done;
+}
+
+bool connect_socket(asio::io_context& io, asio::ip::tcp::socket& socket, const std::string& host,
+                    std::uint16_t port, std::chrono::milliseconds timeout, std::string* error) {
+  std::string where = host + ":" + std::to_string(port);
+  boost::system::error_code ec;
+  asio::ip::tcp::resolver resolver(io);
+  auto found = resolver.resolve(host, std::to_string(port), ec);
+  if (ec) {
+    *error = "cannot resolve " + host + ": " + resolve_failure(ec);
+    return false;
+  }
+  boost::system::error_code last = asio::error::connection_refused;
+  timeout = std::max(timeout, std::chrono::milliseconds(1));
+  for (const auto& entry : found) {
+    asio::ip::tcp::endpoint endpoint = entry.endpoint();
+    // Close-on-exec from the start (Asio's own open() leaves it off): a TM that forks and execs
+    // must not hand the connection to the child.
+    int fd = ::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC, endpoint.protocol().protocol());
     if (fd < 0) {
-      last = errno;
+      last.assign(errno, boost::system::system_category());
       continue;
     }
-    last = connect_within(fd, a->ai_addr, a->ai_addrlen, timeout_ms);
-    if (last == 0) break;
-    ::close(fd);
-    fd = -1;
+    boost::system::error_code ignored;
+    socket.assign(endpoint.protocol(), fd, ec);
+    if (ec) {
+      ::close(fd);
+      last = ec;
+      continue;
+    }
+    bool done = false;
+    socket.async_connect(endpoint, [&](const boost::system::error_code& e) {
+      done = true;
+      ec = e;
+    });
+    if (!run_until(io, done, timeout)) {
+      socket.close(ignored);
+      run_until(io, done, std::chrono::hours(1));  // the cancelled connect's handler, at once
+      ec = asio::error::timed_out;
+    }
+    if (!ec) {
+      socket.set_option(asio::ip::tcp::no_delay(true), ignored);
+      return true;
+    }
+    last = ec;
+    socket.close(ignored);
   }
-  ::freeaddrinfo(found);
-  if (fd < 0) {
-    *error = "cannot connect to " + where + ": " + system_message(last) + " (is escrowd running there?)";
-    return -1;
-  }
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
+  *error = "cannot connect to " + where + ": " + last.message() + " (is escrowd running there?)";
+  return false;
 }
 
 std::unique_ptr<transport> connect_tcp(const std::string& host, std::uint16_t port,
                                        std::chrono::milliseconds timeout,
                                        std::chrono::milliseconds write_timeout, std::string* error) {
-  int fd = connect_socket(host, port, timeout, error);
-  if (fd < 0) return nullptr;
-  if (write_timeout.count() > 0) {
-    timeval tv{};
-    tv.tv_sec = static_cast<time_t>(write_timeout.count() / 1000);
-    tv.tv_usec = static_cast<suseconds_t>((write_timeout.count() % 1000) * 1000);
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  auto t = std::make_unique<tcp_transport>(write_timeout);
+  if (!connect_socket(t->io(), t->stream(), host, port, timeout, error)) return nullptr;
+  boost::system::error_code ec;
+  t->stream().non_blocking(true, ec);
+  if (ec) {
+    *error = "cannot connect to " + host + ":" + std::to_string(port) + ": " + ec.message();
+    return nullptr;
   }
-  return std::make_unique<tcp_transport>(fd);
+  return t;
 }
 
 }  // namespace escrow::client::detail

@@ -1,9 +1,11 @@
 // The byte stream under a client connection: the seam between the STOMP session and the network.
-// Two implementations, chosen by connect_options::tls: plain TCP (tcp_transport.cpp) and TLS over
-// OpenSSL (tls_transport.cpp); nothing above this interface knows which.
+// Two implementations on Boost.Asio (asio_transport.h), chosen by connect_options::tls: plain TCP
+// (tcp_transport.cpp) and TLS over asio::ssl (tls_transport.cpp); nothing above this interface
+// knows which, and no Asio or OpenSSL type appears in it.
 //
-// Thread safety: one reader thread calls read_some(); writers serialise write_all() among
-// themselves; shutdown() may be called from any thread at any time, also while the others block.
+// Thread safety: one reader thread calls read_some(), and it carries out the writes too;
+// writers serialise write_all() among themselves; shutdown() may be called from any thread at any
+// time, also while the others block.
 #pragma once
 
 #include <chrono>
@@ -20,20 +22,17 @@ namespace escrow::client::detail {
 class transport {
  public:
   virtual ~transport() = default;
-  // Blocks until some bytes arrive. Returns their number (> 0), 0 at the end of the stream, or -1
-  // with *error set (also after shutdown()).
+  // Blocks until some bytes arrive, carrying out the writers' writes meanwhile. Returns their
+  // number (> 0), 0 at the end of the stream, or -1 with *error set (also after shutdown()).
   virtual long read_some(char* buffer, std::size_t size, std::string* error) = 0;
-  // Writes all of `data`. False with *error set on failure, including a write that makes no
-  // progress for the write timeout (the broker is not reading).
+  // Hands all of `data` to the reader's thread to write, in order, and returns at once unless
+  // much is waiting to go already (not to be called on the reader's thread). False with *error
+  // set once writing has failed, including a write that made no progress for the write timeout
+  // (the broker is not reading); such a failure also ends read_some() with its reason.
   virtual bool write_all(std::string_view data, std::string* error) = 0;
   // Wakes a blocked read_some() and makes every later call fail. Idempotent.
   virtual void shutdown() = 0;
 };
-
-// Opens a TCP socket connected to host:port within `timeout`, in blocking mode with TCP_NODELAY.
-// Returns the file descriptor, or -1 with *error set ("cannot connect to HOST:PORT: reason").
-int connect_socket(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout,
-                   std::string* error);
 
 // Connects to host:port over TCP within `timeout`; writes time out after `write_timeout`.
 // nullptr with *error set ("cannot connect to HOST:PORT: reason") on failure.

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../temp_dir.h"
+#include "small_store.h"
 #include "escrow/storage/batch.h"
 #include "escrow/storage/commit_log.h"
 #include "escrow/storage/lmdb_meta.h"
@@ -27,24 +28,30 @@
 #include "escrow/storage/store.h"
 
 using namespace escrow::storage;
+using escrow::testing::open_or_fail;
+using escrow::testing::small_store;
 using escrow::testing::temp_dir;
 
 namespace {
 
 constexpr std::uint64_t kRing = 16ull << 20;  // the smallest ring the log makes
 
+std::string meta_of(int txnid) { return std::string(kLmdbMetaBytes, static_cast<char>(txnid)); }
+
 std::unique_ptr<commit_log> new_log(const std::string& dir) {
   std::unique_ptr<commit_log> log;
   REQUIRE(commit_log::open(dir, log).ok());
-  REQUIRE(log->start_generation(7, 42, kRing).ok());
+  REQUIRE(log->start_generation(7, meta_of(7), 42, 5, kRing).ok());
   return log;
 }
 
 log_position append(commit_log& log, const std::string& payload) {
-  log_position at;
-  REQUIRE(log.reserve(payload.size(), at).ok());
-  REQUIRE(log.append(at, payload) == 0);
-  return at;
+  log_slot slot;
+  bool behind = true;
+  REQUIRE(log.reserve(payload.size(), slot, behind).ok());
+  REQUIRE_FALSE(behind);
+  REQUIRE(log.append(slot, payload) == 0);
+  return slot.at;
 }
 
 std::vector<std::string> read_all(const std::string& dir, log_position from = {}) {
@@ -70,26 +77,6 @@ void flip_byte(const std::string& file, std::uint64_t offset) {
   c = static_cast<char>(c ^ 0x55);
   f.seekp(static_cast<std::streamoff>(offset));
   f.write(&c, 1);
-}
-
-store_options options_for(const std::string& path, std::string_view faults = {}) {
-  store_options o;
-  o.path = path;
-  o.map_size = 1ull << 20;
-  o.min_free_disk = 0;
-  if (!faults.empty()) {
-    std::string error;
-    REQUIRE_MESSAGE(fault_plan::parse(faults, o.faults, error), error);
-  }
-  return o;
-}
-
-std::unique_ptr<store> open_store(const store_options& o) {
-  std::unique_ptr<store> s;
-  status st = store::open(o, s);
-  INFO(st.message());
-  REQUIRE(st.ok());
-  return s;
 }
 
 batch message_batch(int i) {
@@ -127,7 +114,7 @@ void in_child_that_dies(F body) {
 void store_then_die(const std::string& dir, int n) {
   in_child_that_dies([&] {
     std::unique_ptr<store> s;
-    if (!store::open(options_for(dir), s).ok()) _exit(2);
+    if (!store::open(small_store(dir), s).ok()) _exit(2);
     for (int i = 0; i < n; ++i) {
       std::promise<bool> done;
       s->submit(message_batch(i), [&](status st) { done.set_value(st.ok()); });
@@ -191,7 +178,7 @@ TEST_SUITE("storage/commit_log") {
     SUBCASE("the next record of an older generation is not read") {
       std::unique_ptr<commit_log> again;
       REQUIRE(commit_log::open(dir.path(), again).ok());
-      REQUIRE(again->start_generation(9, 42, kRing).ok());
+      REQUIRE(again->start_generation(9, meta_of(9), 42, 5, kRing).ok());
       append(*again, payload_of(20, 1000));  // overwrites the first record only
       again.reset();
       auto all = read_all(dir.path());
@@ -206,7 +193,10 @@ TEST_SUITE("storage/commit_log") {
     const std::size_t size = 3u << 20;  // at most a quarter of the ring
     CHECK(log->max_payload() >= size);
     std::vector<log_position> at;
-    for (int i = 0; i < 13; ++i) at.push_back(append(*log, payload_of(i, size)));  // about two laps
+    for (int i = 0; i < 13; ++i) {  // about two laps, a checkpoint after every record
+      at.push_back(append(*log, payload_of(i, size)));
+      log->keep_from(at.back().end);
+    }
     CHECK(at.back().end > 2 * kRing);
     log.reset();
     auto tail = read_all(dir.path(), at[9]);
@@ -215,25 +205,61 @@ TEST_SUITE("storage/commit_log") {
     CHECK(std::filesystem::file_size(dir.path() + "/log") <= 8192 + kRing);
   }
 
+  TEST_CASE("a cancelled place leaves no gap: the next record takes its lsn") {
+    temp_dir dir;
+    auto log = new_log(dir.path());
+    append(*log, payload_of(0));
+    log_slot cancelled;
+    bool behind = false;
+    REQUIRE(log->reserve(100, cancelled, behind).ok());
+    log->cancel(cancelled);
+    log_position next = append(*log, payload_of(1));
+    CHECK(next.lsn == cancelled.at.lsn);
+    log.reset();
+    CHECK(read_all(dir.path()) == std::vector<std::string>{payload_of(0), payload_of(1)});
+  }
+
   TEST_CASE("a record larger than a quarter of the ring has no place in it") {
     temp_dir dir;
     auto log = new_log(dir.path());
     CHECK(log->max_payload() < kRing / 4);
   }
 
+  TEST_CASE("a record that would overwrite one after the checkpoint waits for a checkpoint") {
+    temp_dir dir;
+    auto log = new_log(dir.path());
+    const std::size_t size = 3u << 20;
+    int written = 0;
+    for (;; ++written) {
+      log_slot slot;
+      bool behind = false;
+      REQUIRE(log->reserve(size, slot, behind).ok());
+      if (behind) break;
+      REQUIRE(log->append(slot, payload_of(written, size)) == 0);
+      REQUIRE(written < 10);
+    }
+    CHECK(written == 5);  // one lap of the 16 MiB ring, no checkpoint since the first record
+    log->keep_from(log->since_checkpoint());  // a checkpoint of everything written
+    log_slot slot;
+    bool behind = true;
+    REQUIRE(log->reserve(size, slot, behind).ok());
+    CHECK_FALSE(behind);
+  }
+
   TEST_CASE("control blocks: the newer valid one counts; another format version is refused") {
     temp_dir dir;
     {
       auto log = new_log(dir.path());
-      REQUIRE(log->set_base(11).ok());  // sequence 2, in slot 1
+      REQUIRE(log->set_checkpoint(11, meta_of(11)).ok());  // sequence 2, in slot 1
     }
     std::unique_ptr<commit_log> log;
     REQUIRE(commit_log::open(dir.path(), log).ok());
-    CHECK(log->current().base_txnid == 11);
+    CHECK(log->current().checkpoint == 11);
+    CHECK(log->current().checkpoint_meta == meta_of(11));
     log.reset();
     flip_byte(dir.path() + "/log", 4096 + 20);  // slot 1 no longer checks out: slot 0 is current
     REQUIRE(commit_log::open(dir.path(), log).ok());
-    CHECK(log->current().base_txnid == 7);
+    CHECK(log->current().checkpoint == 7);
     log.reset();
     std::fstream f(dir.path() + "/log", std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(4);
@@ -247,7 +273,7 @@ TEST_SUITE("storage/commit_log") {
   TEST_CASE("the meta pages read as LMDB reads them") {
     temp_dir dir;
     {
-      auto s = open_store(options_for(dir.path()));
+      auto s = open_or_fail(small_store(dir.path()));
       for (int i = 0; i < 3; ++i) {
         std::promise<status> p;
         s->submit(message_batch(i), [&](status st) { p.set_value(std::move(st)); });
@@ -272,12 +298,12 @@ TEST_SUITE("storage/recovery") {
   TEST_CASE("a store whose process died keeps every batch reported stored") {
     temp_dir dir;
     store_then_die(dir.path(), 20);
-    auto s = open_store(options_for(dir.path()));
+    auto s = open_or_fail(small_store(dir.path()));
     CHECK(messages(*s) == expected(20));
     s.reset();
     // Closed cleanly this time: the next open has nothing to set aside.
     std::uint64_t before = latest_txnid(dir.path());
-    s = open_store(options_for(dir.path()));
+    s = open_or_fail(small_store(dir.path()));
     CHECK(latest_txnid(dir.path()) == before);
     CHECK(messages(*s) == expected(20));
   }
@@ -298,7 +324,7 @@ TEST_SUITE("storage/recovery") {
       std::uint64_t bogus = 3;
       f.write(reinterpret_cast<const char*>(&bogus), sizeof bogus);
     }
-    auto s = open_store(options_for(dir.path()));
+    auto s = open_or_fail(small_store(dir.path()));
     CHECK(messages(*s) == expected(10));
   }
 
@@ -308,9 +334,9 @@ TEST_SUITE("storage/recovery") {
     store_then_die(dir.path(), 8);
     in_child_that_dies([&] {
       std::unique_ptr<store> s;
-      (void)store::open(options_for(dir.path(), "replay:1:kill"), s);
+      (void)store::open(small_store(dir.path(), "replay:1:kill"), s);
     });
-    auto s = open_store(options_for(dir.path()));
+    auto s = open_or_fail(small_store(dir.path()));
     CHECK(messages(*s) == expected(8));
   }
 
@@ -325,7 +351,7 @@ TEST_SUITE("storage/recovery") {
     };
     in_child_that_dies([&] {
       std::unique_ptr<store> s;
-      if (!store::open(options_for(dir.path()), s).ok()) _exit(2);
+      if (!store::open(small_store(dir.path()), s).ok()) _exit(2);
       for (int i = 0; i < 6; ++i) {
         batch b = message_batch(i);
         b.put(table::message_refs, message_key(static_cast<std::uint64_t>(i)), refs(3));
@@ -338,7 +364,7 @@ TEST_SUITE("storage/recovery") {
     });
     for (int round = 0; round < 2; ++round) {
       CAPTURE(round);
-      auto s = open_store(options_for(dir.path()));
+      auto s = open_or_fail(small_store(dir.path()));
       CHECK(messages(*s) == expected(6));
       for (int i = 0; i < 6; ++i) {
         CAPTURE(i);
@@ -347,5 +373,103 @@ TEST_SUITE("storage/recovery") {
         CHECK(v == refs(i < 4 ? 2 : 3));
       }
     }
+  }
+
+  TEST_CASE("a new data.mdb beside an old log: nothing of the log is replayed into it") {
+    temp_dir dir;
+    store_then_die(dir.path(), 5);
+    std::filesystem::remove(dir.path() + "/data.mdb");
+    std::filesystem::remove(dir.path() + "/lock.mdb");
+    auto s = open_or_fail(small_store(dir.path()));
+    CHECK(messages(*s).empty());
+  }
+
+  TEST_CASE("another store's data.mdb copied over the live file is not replayed into") {
+    temp_dir dir, other;
+    {
+      auto b = open_or_fail(small_store(other.path()));
+      std::promise<status> p;
+      batch only;
+      only.put(table::messages, message_key(999), "other");
+      b->submit(std::move(only), [&](status st) { p.set_value(std::move(st)); });
+      REQUIRE(p.get_future().get().ok());
+    }
+    store_then_die(dir.path(), 20);
+    std::filesystem::copy_file(other.path() + "/data.mdb", dir.path() + "/data.mdb",
+                               std::filesystem::copy_options::overwrite_existing);  // same inode
+    // Either the copy opens as it is (nothing replayed into it), or, when it had already been set
+    // back to the log's checkpoint, escrowd refuses and says why; never a mix of the two stores.
+    std::unique_ptr<store> s;
+    status st = store::open(small_store(dir.path()), s);
+    if (!st.ok()) {
+      CHECK(st.message().find("not the store its commit log belongs to") != std::string::npos);
+      return;
+    }
+    auto m = messages(*s);
+    REQUIRE(m.size() == 1);
+    CHECK(m.begin()->second == "other");
+  }
+
+  TEST_CASE("recovery waits for no one: another process with the store open is named and refused") {
+    temp_dir dir;
+    store_then_die(dir.path(), 3);
+    int ready[2];
+    REQUIRE(pipe(ready) == 0);
+    pid_t reader = fork();
+    REQUIRE(reader >= 0);
+    if (reader == 0) {  // an escrow check, say: LMDB open read-only, holding lock.mdb
+      MDB_env* env = nullptr;
+      mdb_env_create(&env);
+      mdb_env_set_maxdbs(env, 16);
+      if (mdb_env_open(env, dir.path().c_str(), MDB_RDONLY, 0600) != 0) _exit(2);
+      if (write(ready[1], "x", 1) != 1) _exit(3);
+      pause();
+      _exit(0);
+    }
+    char c = 0;
+    REQUIRE(read(ready[0], &c, 1) == 1);
+    std::unique_ptr<store> s;
+    status st = store::open(small_store(dir.path()), s);
+    CHECK(st.which() == status::code::io_error);
+    CHECK(st.message().find("another process has the store") != std::string::npos);
+    kill(reader, SIGKILL);
+    waitpid(reader, nullptr, 0);
+    close(ready[0]);
+    close(ready[1]);
+    s = open_or_fail(small_store(dir.path()));
+    CHECK(messages(*s) == expected(3));
+  }
+
+  TEST_CASE("after a failed checkpoint no checkpoint is recorded again, and nothing stored is lost") {
+    if (!fault_injection_compiled()) return;
+    temp_dir dir;
+    std::uint64_t checkpoint_at_open = 0;
+    int stored = 0;
+    {
+      store_options o = small_store(dir.path(), "data_sync:2:eio");
+      o.checkpoint_interval_ms = 1;
+      auto s = open_or_fail(o);
+      std::unique_ptr<commit_log> log;
+      REQUIRE(commit_log::open(dir.path(), log).ok());
+      checkpoint_at_open = log->current().checkpoint;
+      for (int i = 0; i < 200; ++i) {
+        std::promise<status> p;
+        s->submit(message_batch(i), [&](status st) { p.set_value(std::move(st)); });
+        if (!p.get_future().get().ok()) break;
+        ++stored;  // 200 groups take far longer than the 1 ms between checkpoints
+      }
+      REQUIRE(stored < 200);  // the failure stopped the store
+      CHECK_FALSE(s->writable());
+    }
+    std::unique_ptr<commit_log> log;
+    REQUIRE(commit_log::open(dir.path(), log).ok());
+    std::uint64_t recorded = log->current().checkpoint;
+    log.reset();
+    auto s = open_or_fail(small_store(dir.path()));
+    auto m = messages(*s);
+    for (int i = 0; i < stored; ++i) CHECK(m.count(message_key(static_cast<std::uint64_t>(i))) == 1);
+    // The first checkpoint (data_sync 1) may be recorded; none after the failed second one.
+    CHECK(recorded >= checkpoint_at_open);
+    CHECK(recorded <= checkpoint_at_open + static_cast<std::uint64_t>(stored));
   }
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../temp_dir.h"
+#include "small_store.h"
 #include "escrow/storage/batch.h"
 #include "escrow/storage/fault_injection.h"
 #include "escrow/storage/schema.h"
@@ -21,27 +22,9 @@ using namespace escrow::storage;
 
 namespace {
 
+using escrow::testing::open_or_fail;
+using escrow::testing::small_store;
 using escrow::testing::temp_dir;
-
-std::unique_ptr<store> open_with(store_options options) {
-  std::unique_ptr<store> s;
-  status st = store::open(options, s);
-  INFO(st.message());
-  REQUIRE(st.ok());
-  return s;
-}
-
-store_options options_for(const std::string& path, std::string_view faults = {}) {
-  store_options o;
-  o.path = path;
-  o.map_size = 1ull << 20;
-  o.min_free_disk = 0;
-  if (!faults.empty()) {
-    std::string error;
-    REQUIRE_MESSAGE(fault_plan::parse(faults, o.faults, error), error);
-  }
-  return o;
-}
 
 std::future<status> submit(store& s, batch b) {
   auto p = std::make_shared<std::promise<status>>();
@@ -80,7 +63,7 @@ void apply_to(std::map<std::string, std::string>& model, const batch& b) {
 TEST_SUITE("storage/failure") {
   TEST_CASE("the map grows by itself: 8 MiB of messages in a 1 MiB map, all there after reopen") {
     temp_dir dir;
-    auto s = open_with(options_for(dir.path()));
+    auto s = open_or_fail(small_store(dir.path()));
     for (int i = 0; i < 8 * 1024; ++i) {
       batch b;
       b.put(table::messages, message_key(static_cast<std::uint64_t>(i)), std::string(1024, 'g'));
@@ -91,15 +74,15 @@ TEST_SUITE("storage/failure") {
     CHECK(s->stats().map_grows > 0);
     CHECK(s->stats().map_size_bytes > (8ull << 20));
     s.reset();
-    s = open_with(options_for(dir.path()));
+    s = open_or_fail(small_store(dir.path()));
     CHECK(contents(*s).size() == 8u * 1024u);
   }
 
   TEST_CASE("max-size refuses new messages until room returns") {
     temp_dir dir;
-    store_options o = options_for(dir.path());
+    store_options o = small_store(dir.path());
     o.max_size = 2ull << 20;
-    auto s = open_with(o);
+    auto s = open_or_fail(o);
     CHECK(s->send_room(true).ok());
     int i = 0;
     while (s->send_room(true).ok()) {
@@ -123,9 +106,9 @@ TEST_SUITE("storage/failure") {
 
   TEST_CASE("min-free-disk refuses new messages with a message naming it") {
     temp_dir dir;
-    store_options o = options_for(dir.path());
+    store_options o = small_store(dir.path());
     o.min_free_disk = 1ull << 60;  // more than any disk has
-    auto s = open_with(o);
+    auto s = open_or_fail(o);
     status refused = s->send_room(true);
     CHECK(refused.which() == status::code::store_full);
     CHECK(refused.message().find("storage.min-free-disk") != std::string::npos);
@@ -159,7 +142,7 @@ TEST_SUITE("storage/failure") {
         CAPTURE(fault);
         CAPTURE(k);
         temp_dir dir;
-        auto s = open_with(options_for(dir.path(), "commit:" + std::to_string(k) + ":" + fault));
+        auto s = open_or_fail(small_store(dir.path(), "commit:" + std::to_string(k) + ":" + fault));
         std::map<std::string, std::string> model;
         for (int i = 0; i < kBatches; ++i) {
           batch b = workload_batch(i);
@@ -176,7 +159,7 @@ TEST_SUITE("storage/failure") {
         CHECK(s->writable());
         CHECK(contents(*s) == model);
         s.reset();
-        s = open_with(options_for(dir.path()));
+        s = open_or_fail(small_store(dir.path()));
         CHECK(contents(*s) == model);
       }
     }
@@ -190,7 +173,7 @@ TEST_SUITE("storage/failure") {
         CAPTURE(point);
         CAPTURE(k);
         temp_dir dir;
-        auto s = open_with(options_for(dir.path(), std::string(point) + ":" + std::to_string(k) + ":eio"));
+        auto s = open_or_fail(small_store(dir.path(), std::string(point) + ":" + std::to_string(k) + ":eio"));
         std::map<std::string, std::string> model;
         std::vector<batch> failed_batches;
         bool failed = false;
@@ -211,7 +194,7 @@ TEST_SUITE("storage/failure") {
         s.reset();
         // After a restart the store holds every batch reported stored, and perhaps the one whose
         // sync failed (its pages may have reached the disk), but nothing submitted after it.
-        s = open_with(options_for(dir.path()));
+        s = open_or_fail(small_store(dir.path()));
         auto after = contents(*s);
         auto with_failed = model;
         apply_to(with_failed, failed_batches.front());
@@ -227,9 +210,9 @@ TEST_SUITE("storage/failure") {
     for (int k = 2; k <= 6; ++k) {
       CAPTURE(k);
       temp_dir dir;
-      store_options o = options_for(dir.path(), "commit:" + std::to_string(k) + ":eio");
+      store_options o = small_store(dir.path(), "commit:" + std::to_string(k) + ":eio");
       o.max_group_batches = 8;  // many commits, each while the one before waits for its sync
-      auto s = open_with(o);
+      auto s = open_or_fail(o);
       std::vector<std::future<status>> results;
       for (int i = 0; i < 200; ++i) results.push_back(submit(*s, workload_batch(i)));
       bool failed = false;
@@ -245,7 +228,7 @@ TEST_SUITE("storage/failure") {
       }
       CHECK(failed);
       s.reset();
-      s = open_with(options_for(dir.path()));
+      s = open_or_fail(small_store(dir.path()));
       // Everything reported stored is there (what is there beyond it was reported failed).
       auto after = contents(*s);
       for (const auto& [key, value] : model) {

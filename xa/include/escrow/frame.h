@@ -67,6 +67,14 @@ class frame_parser {
  private:
   enum class state { between_frames, command, headers, body_by_length, body_to_nul, trailing_nul };
   bool fail(std::string message);
+  // The steps of feed(), one per state; each consumes what it reads from the front of `data`.
+  bool step(std::string_view& data, std::vector<frame>& out);
+  void skip_heart_beat(std::string_view& data);
+  bool take_line(std::string_view& data);
+  void take_counted_body(std::string_view& data);
+  bool take_trailing_nul(std::string_view& data, std::vector<frame>& out);
+  bool take_body_to_nul(std::string_view& data, std::vector<frame>& out);
+  void emit(std::vector<frame>& out);
   bool finish_line(std::string_view line);
   bool finish_headers();
   bool unescape(std::string_view in, std::string& out, bool is_name);

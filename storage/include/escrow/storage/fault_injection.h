@@ -6,9 +6,9 @@
 // A plan is a comma-separated list of rules `POINT:RANGE:FAULT`:
 //   POINT  commit (an LMDB write transaction of the committer, counted from 1 after open),
 //          sync (the sync that makes a group durable: its commit log record's fdatasync, or the
-//          mdb_env_sync of a group too large for the log), data_sync (the sync of data.mdb after
-//          a commit, which runs beside the log's), or replay (a commit log record applied to LMDB
-//          at start, before the committer runs)
+//          checkpoint of a group too large for the log), data_sync (a checkpoint's sync of
+//          data.mdb, by the data syncer), or replay (a commit log record applied to LMDB at start,
+//          before the committer runs)
 //   RANGE  K (the k-th only), K-L (the k-th to the l-th), or K+ (the k-th and every later one)
 //   FAULT  map_full, enospc (the write is refused before anything reaches the file), eio (the
 //          write happens, then the sync reports an I/O error: what is on disk is unknown), kill

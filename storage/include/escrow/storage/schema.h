@@ -2,7 +2,8 @@
 //
 //   meta          "schema-version" -> u32;  "next-message-id" -> u64 (ids below it were used);
 //                 "next-queue-id" -> u32 (queue ids are never reused, even after a queue is dropped);
-//                 "log-position" -> the commit log record LMDB holds last (commit_log.h)
+//                 "log-position" -> the commit log record LMDB holds last (commit_log.h);
+//                 "store-id" -> u64, random, given at creation: the commit log names it
 //   queues        queue name -> queue_record (id, kind, topic)
 //   messages      u64 message id -> message_record (headers and body, stored once)
 //   message_refs  u64 message id -> u32 references, only while a message has more than one
@@ -33,6 +34,7 @@ inline constexpr std::string_view kSchemaVersionKey = "schema-version";
 inline constexpr std::string_view kNextMessageIdKey = "next-message-id";
 inline constexpr std::string_view kNextQueueIdKey = "next-queue-id";
 inline constexpr std::string_view kLogPositionKey = "log-position";
+inline constexpr std::string_view kStoreIdKey = "store-id";
 
 std::string message_key(std::uint64_t message_id);
 bool parse_message_key(std::string_view key, std::uint64_t& message_id);

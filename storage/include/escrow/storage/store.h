@@ -2,9 +2,9 @@
 // the atomic write unit (a batch) and the single committer thread that groups batches into one
 // LMDB write transaction (group commit).
 //
-// Threads: submit() and the read calls are safe from any thread. Completions run on the committer
-// thread, in submission order, and only after the batch is durable: its group's record synced in
-// the commit log, LMDB's commit of it written beside (see run_committer in store.cpp, and
+// Threads: submit() and the read calls are safe from any thread. Completions run on the store's
+// committer or log writer thread, one at a time, in submission order, and only after the batch is
+// durable: its group's record synced in the commit log (see run_committer in store.cpp, and
 // docs/storage.md, "The commit log"). A completion must not block; post the result to where it
 // belongs.
 //
@@ -48,6 +48,9 @@ struct store_options {
   // Bytes of the commit log's ring (storage.log-size): a group's record may take a quarter of it;
   // a larger group is committed to LMDB with its own syncs instead.
   std::uint64_t log_size = 64ull * 1024 * 1024;
+  // At most this long between checkpoints while commits come (storage.checkpoint-interval-ms):
+  // data.mdb is synced and the log before it may be reused. What a restart replays is bounded by it.
+  std::uint32_t checkpoint_interval_ms = 500;
   fault_plan faults;  // test builds only (fault_injection.h); ignored elsewhere
 };
 

@@ -60,6 +60,7 @@ struct broker_config {
   std::uint64_t max_size = 0;                          // live store bytes that refuse sends; 0: none
   std::uint64_t min_free_disk = 256ull * 1024 * 1024;  // free disk below which sends are refused
   std::uint64_t log_size = 64ull * 1024 * 1024;        // the commit log's ring (docs/storage.md)
+  std::uint32_t checkpoint_interval_ms = 500;          // at most this long between checkpoints
   // `escrow backup` writes only into directories under this one (symbolic links resolved); "" (the
   // default): backups are refused. Relative: to escrowd's working directory. SIGHUP applies it.
   std::string backup_root;
