@@ -321,34 +321,7 @@ asio::awaitable<void> basic_session<Stream>::read_loop() {
     }
     frames.clear();
     bool ok = parser_.feed(std::string_view(buffer, n), frames);
-    bool keep_reading = true;
-    std::vector<frame> for_core;  // handed to the core in one post per read
-    for (auto& f : frames) {
-      if (!connected_ || f.command == "CONNECT" || f.command == "STOMP") {
-        if (!for_core.empty()) core_.on_frames(id_, std::move(for_core));
-        for_core.clear();
-        if (!connected_ && (f.command == "CONNECT" || f.command == "STOMP")) {
-          login_ = co_await authenticate(f);
-          if (closing_) {
-            keep_reading = false;
-            break;
-          }
-          if (!login_.ok) {
-            fail(login_.problem, f.find("receipt") ? std::optional<std::string>(*f.find("receipt")) : std::nullopt);
-            keep_reading = false;
-            break;
-          }
-        }
-        if (!on_frame(f)) {
-          keep_reading = false;
-          break;
-        }
-        continue;
-      }
-      for_core.push_back(std::move(f));
-    }
-    if (!for_core.empty()) core_.on_frames(id_, std::move(for_core));
-    if (!keep_reading) break;
+    if (!co_await hand_on(frames)) break;
     if (!ok) {
       fail(parser_.error(), parser_.error_receipt());
       break;
@@ -357,6 +330,32 @@ asio::awaitable<void> basic_session<Stream>::read_loop() {
   closing_ = true;
   wake_writer_.cancel();
   coroutine_done();
+}
+
+// The frames of one read: CONNECT (and anything before the connection is logged in) handled here,
+// the rest handed to the core in one post. False when the connection must stop reading.
+template <typename Stream>
+asio::awaitable<bool> basic_session<Stream>::hand_on(std::vector<frame>& frames) {
+  std::vector<frame> for_core;
+  for (auto& f : frames) {
+    if (connected_ && f.command != "CONNECT" && f.command != "STOMP") {
+      for_core.push_back(std::move(f));
+      continue;
+    }
+    if (!for_core.empty()) core_.on_frames(id_, std::move(for_core));
+    for_core.clear();
+    if (!connected_ && (f.command == "CONNECT" || f.command == "STOMP")) {
+      login_ = co_await authenticate(f);
+      if (closing_) co_return false;
+      if (!login_.ok) {
+        fail(login_.problem, f.find("receipt") ? std::optional<std::string>(*f.find("receipt")) : std::nullopt);
+        co_return false;
+      }
+    }
+    if (!on_frame(f)) co_return false;
+  }
+  if (!for_core.empty()) core_.on_frames(id_, std::move(for_core));
+  co_return true;
 }
 
 template <typename Stream>

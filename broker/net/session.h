@@ -66,6 +66,7 @@ class basic_session final : public session_base,
   void run();
   boost::asio::awaitable<void> handshake();
   boost::asio::awaitable<void> read_loop();
+  boost::asio::awaitable<bool> hand_on(std::vector<frame>& frames);
   boost::asio::awaitable<void> write_loop();
   boost::asio::awaitable<void> watchdog();
   // Handles a frame on the session's strand; returns false when the connection must stop reading.
