@@ -44,14 +44,8 @@ queue_view view_of(const std::string& key, const queue& q, std::uint64_t in_flig
   v.dropping = q.dropping;
   v.consumers = q.consumers().size();
   v.in_flight = in_flight;
-  const queue_counters& n = q.counters;
-  v.depth = n.depth;
-  v.enqueued = n.enqueued;
-  v.delivered = n.delivered;
-  v.acknowledged = n.acknowledged;
-  v.expired = n.expired;
-  v.dead_lettered = n.dead_lettered;
-  v.redelivered = n.redelivered;
+  static_cast<message_counts&>(v) = q.counters;
+  v.depth = q.counters.depth;
   if (q.type() == queue::kind::durable_subscription)
     if (auto d = parse_durable_key(key)) {
       v.client_id = d->client_id;

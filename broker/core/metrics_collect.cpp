@@ -141,13 +141,7 @@ void broker::impl::collect_queues(metrics_snapshot& s) const {
     queue_metrics m;
     m.name = q.name();
     m.kind = queue::kind_name(q.type());
-    const queue_counters& n = q.counters;
-    m.enqueued = n.enqueued;
-    m.delivered = n.delivered;
-    m.acknowledged = n.acknowledged;
-    m.expired = n.expired;
-    m.dead_lettered = n.dead_lettered;
-    m.redelivered = n.redelivered;
+    static_cast<message_counts&>(m) = q.counters;
     m.depth = depths[i].first;
     m.in_flight = in_flight_of(&q);
     m.consumers = q.consumers().size();

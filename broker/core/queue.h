@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "escrow/broker/core/metrics.h"
 #include "escrow/storage/message.h"
 
 namespace escrow::storage {
@@ -40,13 +41,7 @@ struct queue_entry {
 
 // What happened to a queue's messages since start (depth: since open, counted then from storage);
 // kept by the core strand where it moves messages, read by the metrics (docs/operations.md).
-struct queue_counters {
-  std::uint64_t enqueued = 0;       // made visible: sent, committed, moved in
-  std::uint64_t delivered = 0;      // handed to a consumer
-  std::uint64_t acknowledged = 0;   // removed by an acknowledgement (or auto ack)
-  std::uint64_t expired = 0;        // removed: expired
-  std::uint64_t dead_lettered = 0;  // removed: max-delivery-attempts
-  std::uint64_t redelivered = 0;    // returned for redelivery
+struct queue_counters : message_counts {
   std::int64_t depth = 0;  // in the queue (ready, in flight, held): changes since open, plus the
                            // stored count once the background count at open has added it
   void removed(std::uint64_t& why) {

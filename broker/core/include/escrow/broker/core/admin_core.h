@@ -41,7 +41,7 @@ struct admin_outcome {
 using admin_done = std::function<void(admin_outcome)>;
 
 // A queue, durable subscription or non-durable subscription's queue, as it is now.
-struct queue_view {
+struct queue_view : message_counts {
   std::string key;         // in the queues table: "q/NAME", "d/CLIENT-ID\0NAME[\0USER]"
   std::uint32_t id = 0;
   std::string name;        // as operators see it ("orders", "CLIENT-ID.NAME@USER")
@@ -52,7 +52,6 @@ struct queue_view {
   std::size_t consumers = 0;
   std::uint64_t in_flight = 0;  // delivered to its consumers, not yet acknowledged
   std::int64_t depth = 0;       // may be below 0 until the count at open has landed
-  std::uint64_t enqueued = 0, delivered = 0, acknowledged = 0, expired = 0, dead_lettered = 0, redelivered = 0;
   // A durable subscription's key, parsed (docs/security.md, "Tenants"); "" otherwise.
   std::string client_id, subscription, owner;
 };

@@ -38,16 +38,21 @@ class latency_histogram {
 // The bounds used for latencies (seconds): 100 µs to 10 s.
 std::vector<double> latency_bounds();
 
-// One queue (or durable or non-durable topic subscription) as the core sees it.
-struct queue_metrics {
-  std::string name;
-  std::string kind;  // "queue", "durable-subscription", "subscription"
+// What a queue has counted of its messages since escrowd started: kept by the queue, copied
+// whole into its metrics and its ADMIN view.
+struct message_counts {
   std::uint64_t enqueued = 0;       // messages made visible (sent, committed, moved in)
   std::uint64_t delivered = 0;      // handed to a consumer (redeliveries included)
   std::uint64_t acknowledged = 0;   // removed by an acknowledgement (or auto ack)
   std::uint64_t expired = 0;        // removed because they expired
   std::uint64_t dead_lettered = 0;  // removed after max-delivery-attempts
   std::uint64_t redelivered = 0;    // returned for redelivery (NACK, rollback, consumer gone)
+};
+
+// One queue (or durable or non-durable topic subscription) as the core sees it.
+struct queue_metrics : message_counts {
+  std::string name;
+  std::string kind;  // "queue", "durable-subscription", "subscription"
   std::uint64_t depth = 0;          // messages in the queue: ready, in flight or held
   std::uint64_t in_flight = 0;      // delivered, not yet acknowledged
   std::uint64_t consumers = 0;
