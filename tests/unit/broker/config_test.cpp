@@ -84,4 +84,19 @@ TEST_SUITE("broker/config") {
           "t.toml:2: http.max-queue-metrics must be at most 1000000");
     CHECK(load_config_text("[admin]\npage = 1\n", "t.toml", config) == "t.toml:2: admin.page: unknown key");
   }
+
+  TEST_CASE("the commit log's keys: defaults and their edges") {
+    broker_config config;
+    CHECK(config.log_size == 64ull * 1024 * 1024);
+    CHECK(config.checkpoint_interval_ms == 500);
+    CHECK(load_config_text("[storage]\nlog-size = 16777216\ncheckpoint-interval-ms = 1\n", "t.toml", config).empty());
+    CHECK(config.log_size == 16777216);
+    CHECK(config.checkpoint_interval_ms == 1);
+    CHECK(load_config_text("[storage]\nlog-size = 16777215\n", "t.toml", config) ==
+          "t.toml:2: storage.log-size must be at least 16777216");
+    CHECK(load_config_text("[storage]\ncheckpoint-interval-ms = 0\n", "t.toml", config) ==
+          "t.toml:2: storage.checkpoint-interval-ms must be at least 1");
+    CHECK(load_config_text("[storage]\ncheckpoint-interval-ms = 4294967296\n", "t.toml", config).rfind(
+              "t.toml:2: storage.checkpoint-interval-ms must be", 0) == 0);
+  }
 }
