@@ -3,7 +3,9 @@
  * declarations the X/Open XA specification publishes (XO/CAE/91/300, and /work/shared/XA.md),
  * in the specification's own spelling (its include guard, unparenthesised constants such as
  * XAER_ASYNC -2 and XA_RBBASE+1), not from Escrow's escrow/xa.h. tests/xa_switch/header_order_*
- * include it before escrow/xa_switch.h, after it, or not at all.
+ * include it before escrow/xa_switch.h or escrow/xa.h, after them, alone, or not at all. It has no
+ * guard of its own around struct xid_t (LIXA's has one, XID_T_TYPE): only XA_H keeps it from
+ * clashing with escrow/xa.h included before it.
  */
 #ifndef XA_H
 #define XA_H
@@ -20,6 +22,10 @@ struct xid_t {
   char data[XIDDATASIZE];
 };
 typedef struct xid_t XID;
+
+/* Declarations of routines by which RMs call TMs. */
+extern int ax_reg(int, XID *, long);
+extern int ax_unreg(int, long);
 
 /* Declarations of the routines a resource manager's switch points to. */
 #define RMNAMESZ 32     /* length of resource manager name, including the null terminator */

@@ -3,14 +3,26 @@
  * specification, so that a manager compiled against any other xa.h can load escrow_xa_switch.
  * Plain C; usable from C and C++.
  *
- * For code without a transaction manager's xa.h. When a TM's xa.h was included first (it defines
- * XIDDATASIZE, as every conforming one does), this header defines nothing: the declarations are
- * the specification's either way. Included before a TM's xa.h, the two clash: include the TM's
- * first. escrow/xa_switch.h needs neither (it compiles in any order). */
+ * For code without a transaction manager's xa.h, or next to one, in either order: there is only
+ * ever one set of declarations, and it is the specification's.
+ * - A TM's xa.h included first defines XIDDATASIZE (every conforming one does): this header then
+ *   defines nothing.
+ * - Included first, this header also defines XA_H, the include guard of the specification's xa.h
+ *   and of those written from it (LIXA's): such a TM's xa.h included afterwards defines nothing.
+ *   A TM's xa.h with another guard clashes when it comes second: include it first. A TM's xa.h
+ *   that steps aside leaves out what it adds to the specification (LIXA's lixa_get_xa_switch_f),
+ *   so code that needs that includes the TM's first too.
+ * The struct layouts, entry-point types and values are the same in both, so a TM compiled with
+ * its own xa.h loads a switch compiled with this one (tests/xa_switch/header_order_xa.inc checks
+ * all of it). escrow/xa_switch.h needs neither header (it compiles in any order). */
 #ifndef ESCROW_XA_H
 #define ESCROW_XA_H
 
 #ifndef XIDDATASIZE /* else a transaction manager's xa.h came first: its declarations stand */
+
+#ifndef XA_H
+#define XA_H /* the specification's xa.h guard: a TM's xa.h included after this one defines nothing */
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -67,7 +79,10 @@ struct xa_switch_t {
 #define TMJOIN 0x00200000L
 #define TMMIGRATE 0x00100000L
 
-/* Dynamic registration (ax_reg / ax_unreg, exported by the manager). */
+/* Dynamic registration: the routines by which a resource manager calls the manager (it exports
+ * them; Escrow's switch calls neither), and their return codes. */
+extern int ax_reg(int rmid, XID *xid, long flags);
+extern int ax_unreg(int rmid, long flags);
 #define TM_JOIN 2
 #define TM_RESUME 1
 #define TM_OK 0

@@ -1,0 +1,5 @@
+// header_order_xa.inc in C++ with ORDER 2 (escrow/xa.h, then the TM's xa.h): see there.
+#define ORDER 2
+#define HEADER_ORDER_CHECK header_order_xa_after_cpp
+#define HEADER_ORDER_LAYOUT header_order_xa_after_cpp_layout
+#include "header_order_xa.inc"
