@@ -29,7 +29,8 @@ void run_status(const settings& s, const output_options& o) {
             << "data dir     " << text(j, "data_dir") << "\n"
             << "connections  " << number(j, "connections") << "\n"
             << "store        " << (store.at("writable").as_bool() ? "writable" : "NOT WRITABLE (see the log)") << ", "
-            << bytes(number(store, "file_bytes")) << " on disk, map " << bytes(used) << " of " << bytes(map) << " used ("
+            << bytes(number(store, "file_bytes")) << " on disk and a commit log of "
+            << bytes(store.as_object().contains("log_bytes") ? number(store, "log_bytes") : 0) << ", map " << bytes(used) << " of " << bytes(map) << " used ("
             << (map ? used * 100 / map : 0) << "%)\n"
             << "queues       " << number(totals, "queues") << " holding " << number(totals, "depth") << " messages\n"
             << "totals       " << number(totals, "enqueued") << " enqueued, " << number(totals, "acknowledged")

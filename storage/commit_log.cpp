@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <random>
 #include <vector>
 
@@ -277,6 +276,7 @@ status commit_log::start_generation(std::uint64_t checkpoint, std::string_view m
     if (int rc = write_all(fd_, blank, 0); rc != 0)
       return {status::code::io_error, "cannot write the commit log " + path_ + ": " + std::strerror(rc)};
   }
+  if (status s = allocate(capacity); !s.ok()) return s;
   if (status s = write_control(next); !s.ok()) return s;
   // A smaller ring only once the new generation is recorded: until then, a crash must still find
   // every record of the old one.
@@ -290,14 +290,31 @@ status commit_log::start_generation(std::uint64_t checkpoint, std::string_view m
   next_lsn_ = next.first_lsn;
   salt_ = next.salt;
   capacity_ = next.capacity;
-  if (created) {
-    // The new file is durable only with its directory entry (DESIGN.md invariant 9).
-    auto dir = std::filesystem::path(path_).parent_path();
-    int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int rc = dfd < 0 ? errno : (::fsync(dfd) == 0 ? 0 : errno);
-    if (dfd >= 0) ::close(dfd);
-    if (rc != 0) return {status::code::io_error, "cannot sync the directory of " + path_ + ": " + std::strerror(rc)};
+  // The file's directory entry is the store's to sync (store.cpp, sync_directories), at every start.
+  return {};
+}
+
+// Every block of the ring exists from the start (fallocate, the file's size unchanged: reserve()
+// zero-fills ahead of the head on the first lap, so that records overwrite written blocks), so
+// the log never needs disk space after escrowd started: a full disk cannot stop it. A file system
+// without fallocate gets the whole ring zero-filled now instead.
+status commit_log::allocate(std::uint64_t capacity) {
+  if (capacity <= file_ring_) return {};
+  const std::uint64_t from = kRingStart + file_ring_, length = capacity - file_ring_;
+  int rc = ::fallocate(fd_, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(from), static_cast<off_t>(length)) == 0 ? 0 : errno;
+  if (rc == EOPNOTSUPP) {
+    static const std::string zeros(1 << 20, '\0');
+    for (rc = 0; rc == 0 && file_ring_ < capacity;) {
+      std::uint64_t n = std::min<std::uint64_t>(zeros.size(), capacity - file_ring_);
+      rc = write_all(fd_, std::string_view(zeros).substr(0, n), kRingStart + file_ring_);
+      if (rc == 0) file_ring_ += n;
+    }
   }
+  if (rc == ENOSPC || rc == EDQUOT)
+    return {status::code::store_full, "the commit log " + path_ + " needs " + std::to_string(length >> 20) +
+                                          " MiB more of the disk (storage.log-size is " + std::to_string(capacity >> 20) +
+                                          " MiB) and the disk has less free: free disk space or lower storage.log-size"};
+  if (rc != 0) return {status::code::io_error, "cannot allocate the commit log " + path_ + ": " + std::strerror(rc)};
   return {};
 }
 
@@ -308,6 +325,11 @@ status commit_log::set_checkpoint(std::uint64_t checkpoint, std::string_view met
   next.checkpoint = checkpoint;
   next.checkpoint_meta.assign(meta);
   return write_control(next);
+}
+
+std::uint64_t commit_log::disk_bytes() const {
+  struct stat st {};
+  return fd_ >= 0 && ::fstat(fd_, &st) == 0 ? static_cast<std::uint64_t>(st.st_blocks) * 512 : 0;
 }
 
 std::size_t commit_log::max_payload() const { return capacity_ / 4 - kHeaderSize; }

@@ -72,8 +72,10 @@ bool fault_plan::parse(std::string_view spec, fault_plan& out, std::string& erro
       r.what = fault::eio;
     } else if (what == "kill") {
       r.what = fault::kill;
+    } else if (what == "stall") {
+      r.what = fault::stall;
     } else {
-      error = "fault rule '" + std::string(text) + "': the fault is map_full, enospc, eio or kill";
+      error = "fault rule '" + std::string(text) + "': the fault is map_full, enospc, eio, kill or stall";
       return false;
     }
     out.rules_.push_back(r);

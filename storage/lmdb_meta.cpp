@@ -19,6 +19,7 @@ constexpr std::size_t kMetaAt = 16;              // PAGEHDRSZ: MDB_meta follows 
 constexpr std::size_t kPageSizeAt = kMetaAt + 24;  // mm_dbs[FREE_DBI].md_pad, LMDB's mm_psize
 constexpr std::size_t kTxnidAt = kMetaAt + 128;  // mm_txnid, after magic, version, address,
                                                  // mapsize, two MDB_db (48 bytes each), last_pg
+constexpr std::size_t kLastPageAt = kTxnidAt - 8;  // mm_last_pg
 constexpr std::size_t kMetaBytes = kTxnidAt + 8;
 
 template <typename T>
@@ -57,6 +58,7 @@ status read_lmdb_metas(const std::string& data_file, lmdb_metas& out) {
   auto a = load<std::uint64_t>(first + kTxnidAt), b = load<std::uint64_t>(second + kTxnidAt);
   out.latest_page = b > a ? 1 : 0;  // LMDB's mdb_env_pick_meta: the higher id; page 0 on a tie
   out.latest_txnid = b > a ? b : a;
+  out.latest_last_pgno = load<std::uint64_t>((b > a ? second : first) + kLastPageAt);
   out.other_txnid = b > a ? a : b;
   return {};
 }

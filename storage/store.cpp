@@ -18,6 +18,7 @@
 
 #include <csignal>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -171,7 +172,7 @@ struct store::impl {
   checkpoint_job checkpointed;  // the last checkpoint (its pin held)
   bool checkpoint_running = false;
   std::chrono::steady_clock::time_point last_checkpoint_at = std::chrono::steady_clock::now();
-  std::uint64_t last_record_end = 0;  // the virtual offset after the last record reserved
+  std::uint64_t last_record_end = 0;  // the virtual offset after the last committed record
   std::uint32_t page_size = 4096;
 
   // The log writer: writes and syncs the records of committed groups in commit order, then
@@ -230,11 +231,15 @@ struct store::impl {
   ~impl() {
     if (checkpointed.pin) mdb_txn_abort(checkpointed.pin);
     if (env) mdb_env_close(env);
+    // Only now: closing any descriptor of lock.mdb drops every lock this process has on it,
+    // LMDB's own reader lock included.
+    if (probe_fd >= 0) close(probe_fd);
     if (lock_fd >= 0) close(lock_fd);
   }
 
   status open_environment();
-  status make_directory(bool& new_directory, bool& new_store);
+  status make_directory(std::vector<std::filesystem::path>& made, bool& new_store);
+  status sync_directories(const std::vector<std::filesystem::path>& made) const;
   status lock_directory();
   status open_tables();
   status check_schema(MDB_txn* txn);
@@ -242,6 +247,12 @@ struct store::impl {
   std::uint64_t store_id = 0;
   status recover_before_open(bool new_store);
   status alone_on_lock_file();
+  int probe_fd = -1;  // lock.mdb, write-locked from the probe until LMDB has opened (alone_on_lock_file)
+  // The log position LMDB's latest commit names, read before recovery sets LMDB back to the
+  // checkpoint: replay must reach at least the lap it is in (replay_log).
+  std::optional<log_position> latest_position;
+  void read_latest_position(const lmdb_metas& metas, const std::string& data_file);
+  status check_replay_reached(const log_position& replayed_to) const;
   status check_identity();
   bool restored = false;  // recover_before_open set LMDB back to the checkpoint
   status replay_log();
@@ -274,6 +285,8 @@ struct store::impl {
   int commit(MDB_txn* txn);
   bool grow_map();
   void fail_for_good(const status& why, std::vector<pending_batch>& group);  // results only
+  bool environment_usable();
+  status refused_write(int rc) const;
   void complete(std::vector<pending_batch>& done);
   void* map_base = nullptr;  // where LMDB mapped data.mdb, if found
   std::size_t map_length = 0;
@@ -286,8 +299,9 @@ struct store::impl {
 // Opening, in order: the data directory and its lock, recovery before LMDB opens, LMDB itself,
 // the tables and the schema version, the directory entries, replay, and the log's new generation.
 status store::impl::open_environment() {
-  bool new_directory = false, new_store = false;
-  if (status s = make_directory(new_directory, new_store); !s.ok()) return s;
+  bool new_store = false;
+  std::vector<std::filesystem::path> made;  // the directories this start created, outermost first
+  if (status s = make_directory(made, new_store); !s.ok()) return s;
   if (status s = lock_directory(); !s.ok()) return s;
   if (status s = recover_before_open(new_store); !s.ok()) return s;
   int rc = mdb_env_create(&env);
@@ -303,32 +317,57 @@ status store::impl::open_environment() {
   mdb_reader_check(env, &dead);  // clear reader slots left by a killed process
   find_map();
   if (status s = open_tables(); !s.ok()) return s;
-  // A new data.mdb (and a new data directory) is durable only once the directory holding it is
-  // synced: LMDB syncs the file, not its entry. Before any receipt depends on it.
-  rc = new_store ? sync_directory(options.path) : 0;
-  if (rc == 0 && new_directory) {
-    std::error_code ec;
-    rc = sync_directory(std::filesystem::absolute(options.path, ec).parent_path().string());
-  }
-  if (rc != 0) return from_lmdb(rc, "cannot sync the data directory " + options.path);
   if (status s = check_identity(); !s.ok()) return s;
   if (status s = replay_log(); !s.ok()) return s;
-  return start_log();
+  if (status s = start_log(); !s.ok()) return s;
+  return sync_directories(made);
+}
+
+// A file is durable only with its directory entry, and a directory only with its own entry in its
+// parent (DESIGN.md invariant 9); LMDB and the log sync their files, not the entries. Every start
+// syncs the data directory (data.mdb, log, whoever created them: a start killed before its sync
+// left them unsynced) and its parent, and the parent of every directory it made, before the first
+// receipt depends on them.
+status store::impl::sync_directories(const std::vector<std::filesystem::path>& made) const {
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::absolute(options.path, ec).lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();  // "data/"
+  std::vector<std::filesystem::path> to_sync = {dir, dir.parent_path()};
+  for (const auto& d : made) to_sync.push_back(d.parent_path());
+  std::vector<std::filesystem::path> synced;
+  for (const auto& d : to_sync) {
+    if (std::find(synced.begin(), synced.end(), d) != synced.end()) continue;
+    synced.push_back(d);
+    if (int rc = sync_directory(d.string()); rc != 0)
+      return {status::code::io_error, "cannot sync the directory " + d.string() + " (the data directory " +
+                                          options.path + " or one that holds it): " + std::strerror(rc)};
+  }
+  return {};
 }
 
 // A data directory escrowd makes is private (0700): the store is every message. Its parents, if
 // missing too, get the usual mode. One that exists keeps its mode (escrowd warns when it is open,
 // broker/server.cpp); the files LMDB and escrowd create in it are 0600.
-status store::impl::make_directory(bool& new_directory, bool& new_store) {
+status store::impl::make_directory(std::vector<std::filesystem::path>& made, bool& new_store) {
   std::error_code ec;
   if (!std::filesystem::is_directory(options.path, ec)) {
     std::filesystem::path dir = std::filesystem::absolute(options.path, ec).lexically_normal();
     if (!dir.has_filename()) dir = dir.parent_path();  // "data/"
-    if (!ec) std::filesystem::create_directories(dir.parent_path(), ec);
-    if (ec)
-      return {status::code::io_error, "cannot create data directory " + options.path + ": " + ec.message()};
+    // Each missing ancestor, outermost first, so that each one's parent can be synced.
+    std::vector<std::filesystem::path> missing;
+    for (auto p = dir.parent_path(); !p.empty() && !std::filesystem::exists(p, ec); p = p.parent_path()) {
+      missing.insert(missing.begin(), p);
+      if (p == p.parent_path()) break;
+    }
+    for (const auto& p : missing) {
+      if (::mkdir(p.c_str(), 0777) == 0)  // the usual mode, less the umask
+        made.push_back(p);
+      else if (errno != EEXIST)
+        return {status::code::io_error, "cannot create " + p.string() + " for the data directory " + options.path +
+                                            ": " + std::strerror(errno)};
+    }
     if (::mkdir(dir.c_str(), 0700) == 0)
-      new_directory = true;
+      made.push_back(dir);
     else if (errno != EEXIST)
       return {status::code::io_error, "cannot create data directory " + options.path + ": " + std::strerror(errno)};
   }
@@ -468,17 +507,30 @@ status store::impl::recover_before_open(bool new_store) {
   if (!new_store) {
     if (status s = read_lmdb_metas(data_file, metas); !s.ok()) return s;
   }
-  // A log beside a new data.mdb, beside another file, or beside one older than its checkpoint (a
-  // copy put in its place) is not this store's: it starts anew, nothing of it is replayed.
-  if (new_store || control.data_file != data_file_id || metas.latest_txnid < control.checkpoint) {
+  // A log beside a new data.mdb or beside another file is not this store's: it starts anew,
+  // nothing of it is replayed.
+  const std::uint64_t log_file = options.log_data_file != 0 ? options.log_data_file : data_file_id;
+  if (new_store || control.data_file != log_file) {
     spdlog::warn("storage: the commit log of {} does not belong to its data.mdb (a new store beside an old log, "
                  "or a data.mdb restored from a backup?); it is not replayed and starts anew", options.path);
     log.reset();  // start_log opens it again and starts a new generation over it
     return {};
   }
+  // The same file, older than the commit the log says is durable in it: the disk lost writes it
+  // reported done, or an older copy was written over it. The log's records would not apply.
+  if (metas.latest_txnid < control.checkpoint)
+    return {status::code::corrupt,
+            data_file + " holds LMDB commit " + std::to_string(metas.latest_txnid) + ", older than commit " +
+                std::to_string(control.checkpoint) + ", which its commit log " + options.path +
+                "/log records as durable in it: the disk lost writes it had reported done, or an older copy of "
+                "data.mdb was put in its place. escrowd will not open it. If you restored a backup, restore it "
+                "into an empty directory (docs/operations.md, \"Restore\"); otherwise keep a copy of the data "
+                "directory, check the disk (dmesg) and restore the last backup"};
   if (metas.latest_txnid == control.checkpoint) return {};
+  read_latest_position(metas, data_file);
   // LMDB must not be open in another process meanwhile (escrow check, mdb_stat): LMDB's first
   // opener takes the transaction id from the meta pages; a later one would keep the old one.
+  // The probe's lock is held until LMDB has opened (~impl closes it).
   if (status s = alone_on_lock_file(); !s.ok()) return s;
   spdlog::warn("storage: {} was not closed cleanly; LMDB's commits after its last checkpoint ({} to {}) are "
                "set aside and the commit log replayed", options.path, control.checkpoint + 1, metas.latest_txnid);
@@ -491,19 +543,62 @@ status store::impl::recover_before_open(bool new_store) {
 // with a write lock there).
 status store::impl::alone_on_lock_file() {
   std::string path = options.path + "/lock.mdb";
-  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return {};  // no lock file: no one has it open
+  // Created if missing, so that no opener can slip in between the probe and LMDB's own open.
+  probe_fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (probe_fd < 0)
+    return {status::code::io_error, "cannot open " + path + ": " + std::strerror(errno)};
   struct flock probe {};
   probe.l_type = F_WRLCK;
   probe.l_whence = SEEK_SET;
   probe.l_start = 0;
   probe.l_len = 1;
-  bool alone = ::fcntl(fd, F_SETLK, &probe) == 0;
-  ::close(fd);  // releases the probe
-  if (alone) return {};
+  // Kept: LMDB's open in this process takes the same lock (record locks are the process's, so it
+  // succeeds and LMDB sees itself the first opener) and turns it into its shared reader lock.
+  if (::fcntl(probe_fd, F_SETLK, &probe) == 0) return {};
   return {status::code::io_error,
           "another process has the store in " + options.path + " open (an escrow check, mdb_stat or mdb_dump?); "
           "escrowd must be alone while it recovers the store after a crash: stop it and start escrowd again"};
+}
+
+// Reads the log position that LMDB's latest commit names, through a read-only environment opened
+// and closed before recovery (so before the probe, whose lock that close would drop). Left unknown
+// when that commit cannot be read: after a power cut its pages may be missing (one beyond the end
+// of the file is not even touched), which is why recovery goes back to the checkpoint.
+void store::impl::read_latest_position(const lmdb_metas& metas, const std::string& data_file) {
+  struct stat st {};
+  if (::stat(data_file.c_str(), &st) != 0 ||
+      (metas.latest_last_pgno + 1) * metas.page_size > static_cast<std::uint64_t>(st.st_size))
+    return;
+  MDB_env* e = nullptr;
+  if (mdb_env_create(&e) != 0) return;
+  MDB_txn* txn = nullptr;
+  MDB_dbi meta_dbi = 0;
+  MDB_val key = as_val(kLogPositionKey), value;
+  log_position at;
+  if (mdb_env_set_maxdbs(e, kTableCount + 2) == 0 && mdb_env_set_mapsize(e, options.map_size) == 0 &&
+      mdb_env_open(e, options.path.c_str(), MDB_RDONLY | MDB_NOTLS, 0600) == 0 &&
+      mdb_txn_begin(e, nullptr, MDB_RDONLY, &txn) == 0 &&
+      mdb_dbi_open(txn, table_name(table::meta), 0, &meta_dbi) == 0 &&
+      mdb_get(txn, meta_dbi, &key, &value) == 0 && log_position::decode(as_view(value), at))
+    latest_position = at;
+  if (txn) mdb_txn_abort(txn);
+  mdb_env_close(e);
+}
+
+// A replay must reach the lap of the ring that LMDB's latest commit is in: that commit's record
+// was reserved only once the ring before it, back to one lap earlier, had been checkpointed, so a
+// log that ends more than a lap before it has lost records that were synced and reported (an
+// overwritten ring). Refused rather than opened without them.
+status store::impl::check_replay_reached(const log_position& replayed_to) const {
+  if (!latest_position || !log || latest_position->salt != log->current().salt) return {};
+  const std::uint64_t capacity = log->current().capacity;
+  if (latest_position->end <= replayed_to.end + capacity) return {};
+  return {status::code::corrupt,
+          "the commit log of " + options.path + " ends at record " + std::to_string(replayed_to.lsn) +
+              " (offset " + std::to_string(replayed_to.end) + "), more than a lap of its ring before record " +
+              std::to_string(latest_position->lsn) + " that LMDB's latest commit names: records that were "
+              "reported stored were overwritten, and opening the store would lose them. escrowd will not "
+              "start: keep a copy of the data directory and report it (docs/storage.md, \"The commit log\")"};
 }
 
 // Applies one commit log record (a group's batches) to the replay's transaction.
@@ -559,6 +654,12 @@ status store::impl::replay_log() {
       rc = mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &value, 0);
       if (rc == MDB_MAP_FULL) s = {status::code::store_full, "map full"};
       else if (rc != 0) s = from_lmdb(rc, "cannot store the log position");
+    }
+    if (s.ok()) {
+      const commit_log::control c = log->current();
+      s = check_replay_reached(records > 0                ? last
+                               : from.salt == c.salt ? from
+                                                     : log_position{c.salt, c.first_lsn - 1, 0});
     }
     if (!s.ok() || records == 0) {
       mdb_txn_abort(txn);
@@ -773,13 +874,24 @@ int store::impl::write_group(std::vector<pending_batch>& group, std::uint64_t& a
     if (rc == 0) {
       std::uint64_t id = mdb_txn_id(txn);
       rc = commit(txn);
-      if (rc == 0) last_txnid = id;
+      if (rc == 0) {
+        last_txnid = id;
+        // What a checkpoint of this commit may let the ring reuse: taken from the committed
+        // record only, never from a reservation that a refused commit then cancels.
+        if (log_reserved) last_record_end = log_at.at.end;
+      }
     } else if (txn) {
       mdb_txn_abort(txn);
     }
     if (rc == 0) return 0;
     if (log_reserved) log->cancel(log_at);  // no gap in the log's sequence
     log_reserved = false;
+    if (rc == kInjectedFull) {
+      // A full map that growing cannot cure: the checkpoint a real one makes before it tries to
+      // grow (release_pins_for_remap), then the group is refused.
+      if (release_pins_for_remap() != 0 || !pin_latest()) return kCheckpointFailed;
+      return MDB_MAP_FULL;
+    }
     if (rc == MDB_MAP_FULL && stop_on_full) {
       if (release_pins_for_remap() != 0) return kCheckpointFailed;
       bool grown = grow_map();
@@ -796,7 +908,7 @@ int store::impl::write_group(std::vector<pending_batch>& group, std::uint64_t& a
       isolated = true;
       continue;
     }
-    return rc == kInjectedFull ? MDB_MAP_FULL : rc;
+    return rc;
   }
 }
 
@@ -830,7 +942,6 @@ int store::impl::seal(MDB_txn* txn, std::vector<pending_batch>& group) {
     if (attempt > 0) return EIO;  // cannot happen: a checkpoint of the last commit frees the log
     if (checkpoint_now() != 0) return kCheckpointFailed;
   }
-  last_record_end = log_at.at.end;
   std::string position = log_at.at.encode();
   MDB_val key = as_val(kLogPositionKey), value = as_val(position);
   return mdb_put(txn, dbi[static_cast<int>(table::meta)], &key, &value, 0);
@@ -843,11 +954,9 @@ int store::impl::commit(MDB_txn* txn) {
   switch (next_fault(fault_plan::point::commit)) {
     case fault_plan::fault::map_full: mdb_txn_abort(txn); return kInjectedFull;
     case fault_plan::fault::enospc: mdb_txn_abort(txn); return ENOSPC;
-    case fault_plan::fault::eio: {
-      int rc = mdb_txn_commit(txn);  // the pages are written; the write "fails": unknown on disk
-      return rc != 0 ? rc : EIO;
-    }
+    case fault_plan::fault::eio: mdb_txn_abort(txn); return EIO;  // a page write failed: LMDB aborts
     case fault_plan::fault::kill: raise(SIGKILL); break;
+    case fault_plan::fault::stall: std::this_thread::sleep_for(std::chrono::seconds(1)); break;
     case fault_plan::fault::none: break;
   }
 #endif
@@ -890,6 +999,7 @@ void store::impl::write_jobs(std::vector<durable_job>& jobs) {
 #ifdef ESCROW_FAULT_INJECTION
     planned = next_fault(fault_plan::point::sync);
     if (planned == fault_plan::fault::kill) raise(SIGKILL);
+    if (planned == fault_plan::fault::stall) std::this_thread::sleep_for(std::chrono::seconds(1));
     if (planned == fault_plan::fault::map_full || planned == fault_plan::fault::enospc) rc = ENOSPC;
 #endif
     auto started = std::chrono::steady_clock::now();
@@ -1034,6 +1144,7 @@ int store::impl::data_sync(fault_plan::fault planned) {
     case fault_plan::fault::enospc: return ENOSPC;
     case fault_plan::fault::eio: mdb_env_sync(env, 1); return EIO;
     case fault_plan::fault::kill: raise(SIGKILL); break;
+    case fault_plan::fault::stall: std::this_thread::sleep_for(std::chrono::seconds(1)); break;
     case fault_plan::fault::none: break;
   }
 #else
@@ -1109,6 +1220,26 @@ void store::impl::fail_for_good(const status& why, std::vector<pending_batch>& g
     if (!p.work.empty()) p.result = s;
 }
 
+// Whether LMDB still takes transactions after a refused commit: a failed write of a meta page
+// marks the environment unusable (MDB_PANIC from then on), a failed write of other pages does not.
+bool store::impl::environment_usable() {
+  MDB_txn* txn = nullptr;
+  int rc = mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn);
+  if (txn) mdb_txn_abort(txn);
+  return rc == 0;
+}
+
+// The status of a group whose commit LMDB refused without harm: store_full when the disk is
+// (nearly) full, as a short write there usually means; else the error, and writes go on.
+status store::impl::refused_write(int rc) const {
+  measure_room();
+  std::uint64_t room = disk_free.load(std::memory_order_relaxed);
+  if (rc == EIO && room < std::max<std::uint64_t>(options.min_free_disk, 1ull << 20))
+    return from_lmdb(ENOSPC, "batch not stored: a write of data.mdb failed (" + std::string(mdb_strerror(rc)) + ")");
+  return {status::code::io_error, from_lmdb(rc, "batch not stored: a write of data.mdb failed").message() +
+                                      "; nothing of it is stored, and later writes go on (check dmesg if it repeats)"};
+}
+
 void store::impl::complete(std::vector<pending_batch>& done) {
   for (auto& p : done) {
     queued_bytes.fetch_sub(p.bytes, std::memory_order_relaxed);
@@ -1164,6 +1295,15 @@ void store::impl::run_committer() {
         // go on.
         status s = from_lmdb(rc, "batch not stored");
         if (!refusing) spdlog::error("storage: {}; refusing writes until there is room", s.message());
+        refusing = true;
+        for (auto& p : group)
+          if (!p.work.empty()) p.result = s;
+      } else if (rc != 0 && rc != kCheckpointFailed && environment_usable()) {
+        // A write of LMDB's pages refused (EIO from a short write, often a full disk) under
+        // MDB_NOSYNC: LMDB aborted the transaction, nothing of it was reported, and no sync
+        // failed, so nothing the kernel may have dropped is relied on. That group only.
+        status s = refused_write(rc);
+        if (!refusing) spdlog::error("storage: {}; refusing writes until they succeed", s.message());
         refusing = true;
         for (auto& p : group)
           if (!p.work.empty()) p.result = s;
@@ -1471,6 +1611,7 @@ commit_stats store::stats() const {
   std::error_code ec;
   auto size = std::filesystem::file_size(std::filesystem::path(m.options.path) / "data.mdb", ec);
   if (!ec) s.file_bytes = size;
+  if (m.log) s.log_bytes = m.log->disk_bytes();
   return s;
 }
 

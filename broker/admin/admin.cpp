@@ -80,7 +80,7 @@ admin_outcome admin_status(const admin_core& core) {
       {"connections", s.connections},
       {"store", {{"writable", s.store.writable}, {"commits", s.store.commits}, {"batches", s.store.batches},
                  {"map_size_bytes", s.store.map_size_bytes}, {"map_used_bytes", s.store.map_used_bytes},
-                 {"file_bytes", s.store.file_bytes}}},
+                 {"file_bytes", s.store.file_bytes}, {"log_bytes", s.store.log_bytes}}},
       {"totals", {{"queues", queue_count}, {"depth", s.totals.depth}, {"enqueued", s.totals.enqueued},
                   {"acknowledged", s.totals.acknowledged}, {"expired", s.expired},
                   {"expired_dropped", s.expired_dropped}, {"dead_lettered", s.dead_lettered},

@@ -190,6 +190,9 @@ void write_store(std::string& out, const metrics_snapshot& s) {
   single(out, "escrow_store_file_bytes", "gauge",
          "Size of data.mdb on disk.",
          static_cast<double>(s.store.file_bytes));
+  single(out, "escrow_store_log_bytes", "gauge",
+         "Bytes of the commit log on disk (its whole ring, allocated when escrowd starts).",
+         static_cast<double>(s.store.log_bytes));
   single(out, "escrow_store_map_grows_total", "counter",
          "Times the map grew because it was full.",
          static_cast<double>(s.store.map_grows));

@@ -25,7 +25,7 @@ std::string write_status_json(const metrics_snapshot& s) {
              {"connections", s.connections},
              {"store", {{"writable", s.store.writable}, {"commits", s.store.commits}, {"batches", s.store.batches},
                         {"map_size_bytes", s.store.map_size_bytes}, {"map_used_bytes", s.store.map_used_bytes},
-                        {"file_bytes", s.store.file_bytes}, {"live_bytes", s.store.live_bytes},
+                        {"file_bytes", s.store.file_bytes}, {"log_bytes", s.store.log_bytes}, {"live_bytes", s.store.live_bytes},
                         {"disk_free_bytes", s.store.disk_free_bytes}, {"refusing_sends", s.store.refusing_sends}}},
              {"totals", {{"queues", queue_count}, {"enqueued", s.totals.enqueued},
                          {"acknowledged", s.totals.acknowledged}, {"depth", s.totals.depth},

@@ -2,8 +2,14 @@
 // commits batches, then the store is reopened and checked. Every round uses the same data
 // directory, so each round also recovers what earlier recoveries left behind.
 //
-//   storage_crash [--rounds N] [--seed S] [--keep]   the harness (what `meson test` runs)
-//   storage_crash --writer DIR START_BATCH           the writer, started by the harness
+//   storage_crash [--rounds N] [--seed S] [--keep] [--faults]   the harness (what `meson test` runs)
+//   storage_crash --writer DIR START_BATCH [PLAN CHECKPOINT_MS]  the writer, started by the harness
+//
+// With --faults every round also refuses writes and slows the disk through the fault-injection
+// seam (fault_injection.h), at random: commits refused (a full disk, a full map, a failed page
+// write), checkpoints' syncs of data.mdb stalled so that the log's small ring (16 MiB) wraps
+// while one waits, and a random checkpoint interval. The writer reports a refused batch as
+// "refused <i>"; a refused batch must not be in the store, and the others still commit in order.
 //
 // The content of batch i is a pure function of i, so the harness recomputes what each batch wrote
 // and erased. The writer numbers and submits batches in one order under a lock and reports on its
@@ -147,17 +153,33 @@ batch make_batch(std::uint64_t i) {
 
 // ---- The writer -------------------------------------------------------------------------------
 
+int report_fd = STDOUT_FILENO;  // the writer's report to the harness
+
 void write_line(const std::string& line) {
   // One write(2) of less than PIPE_BUF bytes: atomic, so lines from threads never interleave.
-  ssize_t n = ::write(STDOUT_FILENO, line.data(), line.size());
+  ssize_t n = ::write(report_fd, line.data(), line.size());
   if (n != static_cast<ssize_t>(line.size())) _exit(3);
 }
 
-int run_writer(const std::string& dir, std::uint64_t start) {
+int run_writer(const std::string& dir, std::uint64_t start, const std::string& plan, int checkpoint_ms) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // The report goes to the harness's pipe alone; whatever else writes to stdout (the store's log
+  // lines) goes to stderr.
+  report_fd = ::dup(STDOUT_FILENO);
+  ::dup2(STDERR_FILENO, STDOUT_FILENO);
   store_options options;
   options.path = dir;
   options.map_size = 2ull << 30;
+  if (!plan.empty()) {
+    std::string error;
+    if (!fault_plan::parse(plan, options.faults, error)) {
+      std::fprintf(stderr, "storage_crash writer: %s\n", error.c_str());
+      return 2;
+    }
+    options.log_size = 16ull << 20;  // the smallest ring: it wraps within a round
+    options.checkpoint_interval_ms = static_cast<std::uint32_t>(checkpoint_ms);
+    options.min_free_disk = 0;
+  }
   std::unique_ptr<store> s;
   if (status st = store::open(options, s); !st.ok()) {
     std::fprintf(stderr, "storage_crash writer: open failed: %s\n", st.message().c_str());
@@ -186,6 +208,8 @@ int run_writer(const std::string& dir, std::uint64_t start) {
         s->submit(std::move(b), [i, &slot](status st) {
           if (st.ok()) {
             write_line("done " + std::to_string(i) + "\n");
+          } else if (st.which() == status::code::store_full || st.which() == status::code::io_error) {
+            write_line("refused " + std::to_string(i) + "\n");  // a write the seam refused: not stored
           } else {
             write_line("fail " + std::to_string(i) + " " + st.message().substr(0, 200) + "\n");
           }
@@ -204,6 +228,7 @@ struct round_report {
   std::uint64_t first_sub = 0, last_sub = 0;  // valid when any_sub
   bool any_sub = false;
   std::vector<std::uint64_t> done;
+  std::set<std::uint64_t> refused;
   std::vector<std::string> failures;  // "fail" lines and protocol errors
 };
 
@@ -212,10 +237,10 @@ class harness {
   harness(std::string dir, std::string self) : dir_(std::move(dir)), self_(std::move(self)) {}
 
   // Runs one round: start the writer, kill it after `delay_ms`, check the store.
-  bool run_round(int round, int delay_ms) {
+  bool run_round(int round, int delay_ms, const std::string& plan = {}, int checkpoint_ms = 0) {
     round_report report;
     int exit_status = 0;
-    if (!run_writer_process(delay_ms, report, exit_status)) return false;
+    if (!run_writer_process(delay_ms, plan, checkpoint_ms, report, exit_status)) return false;
     if (!WIFSIGNALED(exit_status) || WTERMSIG(exit_status) != SIGKILL) {
       return fail(round, "the writer ended by itself (status " + std::to_string(exit_status) +
                              ") instead of being killed; see its stderr above");
@@ -231,6 +256,8 @@ class harness {
     }
     applied_.resize(next_batch_, false);
     submitted_ += next_batch_ - round_start;
+    refused_.insert(report.refused.begin(), report.refused.end());
+    refused_count_ += report.refused.size();
     if (!verify(round, round_start, report.done, false)) return false;
     return true;
   }
@@ -246,6 +273,7 @@ class harness {
     return n;
   }
   std::uint64_t live_keys() const { return live_keys_; }
+  std::uint64_t refused() const { return refused_count_; }
 
  private:
   bool fail(int round, const std::string& what) {
@@ -253,13 +281,14 @@ class harness {
     return false;
   }
 
-  bool run_writer_process(int delay_ms, round_report& report, int& exit_status) {
+  bool run_writer_process(int delay_ms, const std::string& plan, int checkpoint_ms, round_report& report,
+                          int& exit_status) {
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) {
       std::perror("storage-crash: pipe2");
       return false;
     }
-    const std::string start = std::to_string(next_batch_);
+    const std::string start = std::to_string(next_batch_), interval = std::to_string(checkpoint_ms);
     pid_t pid = fork();
     if (pid < 0) {
       std::perror("storage-crash: fork");
@@ -267,7 +296,8 @@ class harness {
     }
     if (pid == 0) {
       dup2(fds[1], STDOUT_FILENO);  // the duplicate does not inherit O_CLOEXEC
-      const char* argv[] = {self_.c_str(), "--writer", dir_.c_str(), start.c_str(), nullptr};
+      const char* argv[] = {self_.c_str(), "--writer", dir_.c_str(), start.c_str(),
+                            plan.empty() ? nullptr : plan.c_str(), interval.c_str(), nullptr};
       execv(self_.c_str(), const_cast<char* const*>(argv));
       _exit(127);
     }
@@ -338,6 +368,8 @@ class harness {
         report.failures.push_back("completion of batch " + std::to_string(i) + " came after that of " +
                                   std::to_string(report.done.back()) + ": out of submission order");
       report.done.push_back(i);
+    } else if (l.starts_with("refused ") && number(l.substr(8), i)) {
+      report.refused.insert(i);
     } else {
       report.failures.push_back("the writer reported: " + line);
     }
@@ -372,11 +404,19 @@ class harness {
         return fail(round, "reading the marker of batch " + std::to_string(i) + ": " + st.message());
       }
     }
-    // 2. Commits follow submission order, so the batches that survived are a prefix.
-    for (std::uint64_t i = round_start + 1; i < next_batch_; ++i)
-      if (applied_[i] && !applied_[i - 1])
-        return fail(round, "batch " + std::to_string(i) + " survived but batch " + std::to_string(i - 1) +
+    // 2. Commits follow submission order, so the batches that survived are a prefix (of those
+    // not refused: a refused batch is never stored).
+    std::uint64_t previous = UINT64_MAX;  // the last batch before i that was not refused
+    for (std::uint64_t i = round_start; i < next_batch_; ++i) {
+      if (refused_.count(i)) {
+        if (applied_[i]) return fail(round, "batch " + std::to_string(i) + " was refused, yet it is in the store");
+        continue;
+      }
+      if (applied_[i] && previous != UINT64_MAX && !applied_[previous])
+        return fail(round, "batch " + std::to_string(i) + " survived but batch " + std::to_string(previous) +
                                ", submitted before it, did not");
+      previous = i;
+    }
     // 3. Every batch reported durable survived.
     for (std::uint64_t i : done) {
       if (!applied_[i])
@@ -471,6 +511,8 @@ class harness {
   std::uint64_t confirmed_ = 0;
   std::uint64_t applied_unconfirmed_ = 0;
   std::uint64_t live_keys_ = 0;
+  std::set<std::uint64_t> refused_;
+  std::uint64_t refused_count_ = 0;
 };
 
 std::uint64_t directory_bytes(const std::string& dir) {
@@ -485,12 +527,27 @@ std::uint64_t directory_bytes(const std::string& dir) {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: storage_crash [--rounds N] [--seed S] [--keep]\n"
-               "       storage_crash --writer DIR START_BATCH\n");
+               "usage: storage_crash [--rounds N] [--seed S] [--keep] [--faults]\n"
+               "       storage_crash --writer DIR START_BATCH [PLAN CHECKPOINT_MS]\n");
   return 2;
 }
 
-int run_harness(int rounds, std::uint64_t seed, bool keep) {
+// A round's random faults: one to three commits refused (the same way each), and from some
+// checkpoint on every sync of data.mdb stalled, so that the ring goes round while it waits.
+std::string random_plan(std::mt19937_64& rng, int& checkpoint_ms) {
+  static const char* const refusals[] = {"enospc", "map_full", "eio"};
+  const char* refusal = refusals[rng() % 3];
+  std::string plan;
+  std::uint64_t k = 1 + rng() % 8;
+  for (int n = 1 + static_cast<int>(rng() % 3); n > 0; --n, k += 1 + rng() % 40)
+    plan += "commit:" + std::to_string(k) + ":" + refusal + ",";
+  plan += "data_sync:" + std::to_string(1 + rng() % 4) + "+:stall";
+  static const int intervals[] = {1, 20, 500};
+  checkpoint_ms = intervals[rng() % 3];
+  return plan;
+}
+
+int run_harness(int rounds, std::uint64_t seed, bool keep, bool faults) {
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) {
@@ -512,8 +569,15 @@ int run_harness(int rounds, std::uint64_t seed, bool keep) {
   harness h(dir, self);
   bool ok = true;
   for (int round = 0; round < rounds && ok; ++round) {
-    const int delay_ms = 5 + static_cast<int>(rng() % 296);
-    ok = h.run_round(round, delay_ms);
+    if (!faults) {
+      ok = h.run_round(round, 5 + static_cast<int>(rng() % 296));
+      continue;
+    }
+    int checkpoint_ms = 0;
+    std::string plan = random_plan(rng, checkpoint_ms);
+    // Long enough for the ring to wrap behind a stalled checkpoint.
+    ok = h.run_round(round, 200 + static_cast<int>(rng() % 1800), plan, checkpoint_ms);
+    if (!ok) std::fprintf(stderr, "storage-crash: the round's faults: %s, checkpoint every %d ms\n", plan.c_str(), checkpoint_ms);
   }
   if (ok) ok = h.final_check(rounds);
   const double seconds =
@@ -525,10 +589,11 @@ int run_harness(int rounds, std::uint64_t seed, bool keep) {
                  static_cast<unsigned long long>(seed), dir.c_str());
     return 1;
   }
-  std::printf("storage-crash: %d rounds, %llu batches submitted, %llu confirmed, all present, none partial "
-              "(%llu in the store, %llu of them applied but killed before confirmation; %llu live keys, "
-              "%.1f MiB on disk, %.1f s)\n",
-              rounds, static_cast<unsigned long long>(h.submitted()), static_cast<unsigned long long>(h.confirmed()),
+  std::printf("storage-crash: %d rounds%s, %llu batches submitted, %llu confirmed, all present, %llu refused, "
+              "none stored, none partial (%llu in the store, %llu of them applied but killed before confirmation; "
+              "%llu live keys, %.1f MiB on disk, %.1f s)\n",
+              rounds, faults ? " with faults" : "", static_cast<unsigned long long>(h.submitted()),
+              static_cast<unsigned long long>(h.confirmed()), static_cast<unsigned long long>(h.refused()),
               static_cast<unsigned long long>(h.applied_count()),
               static_cast<unsigned long long>(h.applied_unconfirmed()), static_cast<unsigned long long>(h.live_keys()),
               static_cast<double>(disk) / (1 << 20), seconds);
@@ -544,12 +609,13 @@ int run_harness(int rounds, std::uint64_t seed, bool keep) {
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "--writer") {
-    if (args.size() != 3) return usage();
-    return run_writer(args[1], std::strtoull(args[2].c_str(), nullptr, 10));
+    if (args.size() != 3 && args.size() != 5) return usage();
+    return run_writer(args[1], std::strtoull(args[2].c_str(), nullptr, 10), args.size() == 5 ? args[3] : "",
+                      args.size() == 5 ? std::atoi(args[4].c_str()) : 0);
   }
   int rounds = 60;
   std::uint64_t seed = std::random_device{}();
-  bool keep = false;
+  bool keep = false, faults = false;
   for (std::size_t k = 0; k < args.size(); ++k) {
     if (args[k] == "--rounds" && k + 1 < args.size()) {
       rounds = std::atoi(args[++k].c_str());
@@ -558,9 +624,11 @@ int main(int argc, char** argv) {
       seed = std::strtoull(args[++k].c_str(), nullptr, 10);
     } else if (args[k] == "--keep") {
       keep = true;
+    } else if (args[k] == "--faults") {
+      faults = true;
     } else {
       return usage();
     }
   }
-  return run_harness(rounds, seed, keep);
+  return run_harness(rounds, seed, keep, faults);
 }

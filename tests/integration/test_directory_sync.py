@@ -3,7 +3,8 @@
 LMDB syncs data.mdb, not the directory that names it: on a filesystem that does not commit a new
 file's entry with the file's own fdatasync, a power cut could leave a store whose receipted
 messages sit in a file nobody can find. escrowd fsyncs the data directory after creating data.mdb
-(and its parent after creating the directory). Seen here at the system-call level, with strace.
+and its parent on every start, and the parent of every directory it made. Seen here at the
+system-call level, with strace.
 """
 
 import os
@@ -87,8 +88,9 @@ def test_a_new_store_syncs_its_directory_and_parent_before_the_first_receipt(tmp
     assert str(b.data_dir.parent) in synced, f"the new data directory's parent was not fsynced: {synced}"
 
 
-def test_an_existing_store_does_not_sync_its_directory_again(tmp_path, stomp_client):
-    # The directory sync is for creation only: a restart on an existing store adds no fsync.
+def test_every_start_syncs_the_data_directory_and_its_parent(tmp_path, stomp_client):
+    # A start killed after it created data.mdb or the log but before its directory sync left
+    # entries that only a later sync makes durable: every start syncs them, before a receipt.
     (tmp_path / "work").mkdir()
     b = Broker(workdir=tmp_path / "work")
     try:
@@ -103,4 +105,30 @@ def test_an_existing_store_does_not_sync_its_directory_again(tmp_path, stomp_cli
         assert t.terminate() == 0, t.log
     finally:
         t.close()
-    assert str(t.data_dir) not in synced_directories(calls(trace))
+    synced = synced_directories(calls(trace))
+    assert str(t.data_dir) in synced and str(t.data_dir.parent) in synced, synced
+
+
+@pytest.mark.parametrize("spelling", ["trailing slash", "missing ancestors"])
+def test_a_new_store_syncs_every_directory_it_made_and_the_real_parent(tmp_path, stomp_client, spelling):
+    # "--data-dir .../data/" once took the directory itself for its parent, and the ancestors that
+    # "--data-dir .../n1/n2/data" makes were never synced: a power cut lost every receipt.
+    (tmp_path / "work").mkdir()
+    base = tmp_path / "work"
+    data_dir = f"{base}/data/" if spelling == "trailing slash" else f"{base}/n1/n2/data"
+    trace = tmp_path / "trace"
+    b = TracedBroker(trace, workdir=base, data_dir=data_dir)
+    try:
+        b.start()
+        c = stomp_client(b)
+        c.send(f"/queue/{unique('dirsync')}", "first")  # waits for its RECEIPT
+        c.close()
+        assert b.terminate() == 0, b.log
+    finally:
+        b.close()
+    synced = synced_directories(calls(trace))
+    real = Path(data_dir.rstrip("/"))
+    assert str(real) in synced, synced
+    expected = [real.parent] if spelling == "trailing slash" else [real.parent, real.parent.parent, base]
+    for d in expected:
+        assert str(d) in synced, f"{d} (it holds a directory this start made) was not fsynced: {synced}"

@@ -134,10 +134,12 @@ TEST_SUITE("storage/failure") {
   }
 
   // The loop of LevelDB's and SQLite's fault tests: fail the k-th commit for every k, and check.
-  TEST_CASE("the k-th commit refused (map full, disk full): that batch only, and writes go on") {
+  // eio at a commit is a failed write of LMDB's pages (a short write comes back as EIO): under
+  // MDB_NOSYNC nothing of it was reported and no sync failed, so it refuses that batch only.
+  TEST_CASE("the k-th commit refused (map full, disk full, a failed page write): that batch only, and writes go on") {
     if (!fault_injection_compiled()) return;  // a release build has no seam
     const int kBatches = 12;
-    for (const char* fault : {"map_full", "enospc"}) {
+    for (const char* fault : {"map_full", "enospc", "eio"}) {
       for (int k = 1; k <= kBatches; ++k) {
         CAPTURE(fault);
         CAPTURE(k);
@@ -148,7 +150,7 @@ TEST_SUITE("storage/failure") {
           batch b = workload_batch(i);
           status st = submit(*s, b).get();
           if (i + 1 == k) {
-            CHECK(st.which() == status::code::store_full);
+            CHECK(st.which() == (std::string_view(fault) == "eio" ? status::code::io_error : status::code::store_full));
             CHECK_FALSE(st.message().empty());
           } else {
             INFO(st.message());
@@ -165,10 +167,10 @@ TEST_SUITE("storage/failure") {
     }
   }
 
-  TEST_CASE("the k-th commit or sync fails with an I/O error: nothing after it is reported stored") {
+  TEST_CASE("the k-th sync fails with an I/O error: nothing after it is reported stored") {
     if (!fault_injection_compiled()) return;
     const int kBatches = 8;
-    for (const char* point : {"commit", "sync"}) {
+    for (const char* point : {"sync"}) {
       for (int k = 1; k <= kBatches; ++k) {
         CAPTURE(point);
         CAPTURE(k);
@@ -205,12 +207,13 @@ TEST_SUITE("storage/failure") {
     }
   }
 
-  TEST_CASE("a failed commit also fails the group before it that still waited for its sync") {
+  TEST_CASE("a failed sync also fails the groups committed after it that still waited for theirs") {
     if (!fault_injection_compiled()) return;
-    for (int k = 2; k <= 6; ++k) {
+    // One sync may cover many groups, so a burst of 200 batches is sure of only its first two.
+    for (int k = 1; k <= 2; ++k) {
       CAPTURE(k);
       temp_dir dir;
-      store_options o = small_store(dir.path(), "commit:" + std::to_string(k) + ":eio");
+      store_options o = small_store(dir.path(), "sync:" + std::to_string(k) + ":eio");
       o.max_group_batches = 8;  // many commits, each while the one before waits for its sync
       auto s = open_or_fail(o);
       std::vector<std::future<status>> results;

@@ -85,7 +85,9 @@ class commit_log {
   status replay(const log_position& from, const record_visitor& visit) const;
 
   // Starts a new, empty generation (a new salt) of a ring of `capacity` bytes, creating the file
-  // if needed, with LMDB's commit `checkpoint` (meta page `meta`) durable. Synced before it returns.
+  // if needed and allocating all of the ring's blocks (store_full when the disk cannot hold them),
+  // with LMDB's commit `checkpoint` (meta page `meta`) durable. Synced before it returns; the
+  // file's directory entry is the caller's to sync.
   status start_generation(std::uint64_t checkpoint, std::string_view meta, std::uint64_t data_file,
                           std::uint64_t store_id, std::uint64_t capacity);
   // Records that LMDB's commit `checkpoint` (meta page `meta`) is durable in data.mdb; the
@@ -93,6 +95,8 @@ class commit_log {
   status set_checkpoint(std::uint64_t checkpoint, std::string_view meta);
   // Records after virtual offset `v` are needed (the checkpoint's LMDB commit holds those before).
   void keep_from(std::uint64_t v) { keep_from_ = v; }
+  // Bytes the file takes on disk (its allocated blocks).
+  std::uint64_t disk_bytes() const;
   // Bytes of records written after the checkpoint's.
   std::uint64_t since_checkpoint() const { return head_ - keep_from_; }
 
@@ -115,6 +119,7 @@ class commit_log {
  private:
   commit_log() = default;
   status write_control(const control& next);  // with control_mutex_ held
+  status allocate(std::uint64_t capacity);     // every block of a ring of `capacity` bytes
   std::string path_;
   int fd_ = -1;          // records: written and synced by the log writer
   int control_fd_ = -1;  // the same file opened again for the control blocks, so that a failed

@@ -10,9 +10,11 @@
 //          data.mdb, by the data syncer), or replay (a commit log record applied to LMDB at start,
 //          before the committer runs)
 //   RANGE  K (the k-th only), K-L (the k-th to the l-th), or K+ (the k-th and every later one)
-//   FAULT  map_full, enospc (the write is refused before anything reaches the file), eio (the
-//          write happens, then the sync reports an I/O error: what is on disk is unknown), kill
-//          (SIGKILL just before the commit or sync)
+//   FAULT  map_full, enospc (the write is refused before anything reaches the file), eio (at a
+//          commit: a write of LMDB's pages fails, as a short write does, and LMDB aborts it; at a
+//          sync: the write happens, then the sync reports an I/O error, so what is on disk is
+//          unknown), kill (SIGKILL just before the commit or sync), stall (a slow disk: the call
+//          waits a second, then goes on)
 // e.g. ESCROW_FAULTS="commit:3:enospc,sync:2+:eio". docs/storage.md, "Fault injection".
 #pragma once
 
@@ -26,7 +28,7 @@ namespace escrow::storage {
 class fault_plan {
  public:
   enum class point : std::uint8_t { commit, sync, data_sync, replay };
-  enum class fault : std::uint8_t { none, map_full, enospc, eio, kill };
+  enum class fault : std::uint8_t { none, map_full, enospc, eio, kill, stall };
 
   // Parses `spec`; on a malformed one returns false with `error` saying which rule and why.
   static bool parse(std::string_view spec, fault_plan& out, std::string& error);

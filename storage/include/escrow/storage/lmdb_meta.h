@@ -17,6 +17,7 @@ struct lmdb_metas {
   std::uint64_t latest_txnid = 0;  // the transaction LMDB would open at
   std::uint64_t other_txnid = 0;   // the one before it, in the other meta page
   int latest_page = 0;             // 0 or 1
+  std::uint64_t latest_last_pgno = 0;  // the last page the latest commit uses (its mm_last_pg)
   std::uint32_t page_size = 0;
 };
 

@@ -51,6 +51,9 @@ struct store_options {
   // At most this long between checkpoints while commits come (storage.checkpoint-interval-ms):
   // data.mdb is synced and the log before it may be reused. What a restart replays is bounded by it.
   std::uint32_t checkpoint_interval_ms = 500;
+  // The inode the commit log must name to be this data.mdb's (0: data.mdb's own). `escrow check`
+  // recovers a copy of a store that was not closed cleanly: the copy's log names the original.
+  std::uint64_t log_data_file = 0;
   fault_plan faults;  // test builds only (fault_injection.h); ignored elsewhere
 };
 
@@ -74,6 +77,7 @@ struct commit_stats {
   std::uint64_t map_size_bytes = 0;  // the map LMDB reserved
   std::uint64_t map_used_bytes = 0;  // (last page number + 1) * page size
   std::uint64_t file_bytes = 0;      // data.mdb's size on disk
+  std::uint64_t log_bytes = 0;       // the commit log's blocks on disk (all of its ring, from the start)
   // As of the last send_room() check: pages the tables use, the disk's free space, and whether
   // new messages are refused (max-size or min-free-disk).
   std::uint64_t live_bytes = 0;
