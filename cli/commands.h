@@ -49,7 +49,7 @@ void run_xa_decide(const settings& s, const output_options& o, const std::string
 int run_check_config(const std::string& file, const output_options& o);
 // check_store.cpp: escrow check DATA-DIR, no broker needed (safe while one runs). Returns exit_ok,
 // exit_inconsistent or exit_cannot_open_store.
-int run_check_store(const std::string& data_dir, const output_options& o);
+int run_check_store(const std::string& data_dir, const std::string& scratch, const output_options& o);
 // escrow passwd NAME [--role R]...: reads a password and prints a [[user]] entry (no broker needed).
 int run_passwd(const std::string& name, const std::vector<std::string>& roles);
 

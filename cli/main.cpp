@@ -21,7 +21,7 @@ struct command_choices {
   output_options out;
   std::function<void(const settings&)> action;
   std::function<int()> offline;
-  std::string name, from, to, filter, client_id, owner, xid, file, data_dir, user_name, dir;
+  std::string name, from, to, filter, client_id, owner, xid, file, data_dir, scratch, user_name, dir;
   std::size_t count = 20;
   bool yes = false, compact = false;
   std::vector<std::string> roles;
@@ -116,9 +116,13 @@ void add_offline_commands(CLI::App& app, command_choices& c) {
 
   auto* check_store = app.add_subcommand(
       "check", "verify a store offline (safe while escrowd runs): entries against queues, reference counts, "
-               "the expiry index, prepared branches, next ids");
+               "the expiry index, prepared branches, next ids; a store not closed cleanly is checked on a copy "
+               "recovered as escrowd will recover it");
   check_store->add_option("DATA-DIR", c.data_dir, "escrowd's data directory (the one holding data.mdb)")->required();
-  check_store->callback([&c] { c.offline = [&c] { return run_check_store(c.data_dir, c.out); }; });
+  check_store->add_option("--scratch", c.scratch,
+                          "where to recover a copy of a store that was not closed cleanly (default $TMPDIR, else /tmp); "
+                          "it needs room for data.mdb and log, and is removed afterwards");
+  check_store->callback([&c] { c.offline = [&c] { return run_check_store(c.data_dir, c.scratch, c.out); }; });
 
   auto* passwd = app.add_subcommand("passwd", "read a password (no echo) and print a [[user]] entry for the users file");
   passwd->add_option("NAME", c.user_name, "the user's name")->required();

@@ -53,7 +53,8 @@ def check_store(data_dir, *args):
     """Runs the built `escrow check DATA-DIR` (the offline store checker, docs/operations.md) and
     asserts the store is consistent (exit 0), with the checker's whole output in the assertion
     message; returns its stdout. Safe while escrowd runs on `data_dir` (it only reads, in one LMDB
-    read transaction). Call it after a crash: check_store(broker.data_dir). `args` go before the
+    read transaction). Call it after a crash: check_store(broker.data_dir); it then checks a copy
+    recovered as escrowd will recover the store, and leaves the store as it was. `args` go before the
     subcommand, e.g. check_store(d, "--json")."""
     escrow = tool("cli/escrow", "ESCROW_CLI")
     assert os.path.exists(escrow), f"{escrow} not found: build it (ninja -C build cli/escrow) or set ESCROW_CLI"

@@ -3,9 +3,13 @@ wrote: persistent messages in a queue (some expiring), a topic with two durable 
 message stored once with a reference count), a prepared XA branch that sent and consumed. After a
 SIGKILL the store must check consistent, with the summary counting exactly that; on a running
 escrowd too, also while producers write; and the exit codes for a store that cannot be checked
-(6) and for one with inconsistencies (5)."""
+(6) and for one with inconsistencies (5). A store SIGKILLed with commits after the commit log's
+checkpoint is checked as escrowd will open it: a copy is recovered and checked, the store itself
+left byte for byte as it was."""
 
+import hashlib
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -13,14 +17,19 @@ import time
 
 import pytest
 
-from conftest import TIMEOUT, Client, check_store, new_xid, tool, unique
+from conftest import TIMEOUT, Client, bodies, check_store, consume_all, new_xid, tool, unique
 
 ESCROW = tool("cli/escrow", "ESCROW_CLI")
 
 
-def run_check(data_dir, *args):
-    return subprocess.run([ESCROW, *args, "check", str(data_dir)], stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=4 * TIMEOUT)
+def run_check(data_dir, *args, after=(), env=None):
+    return subprocess.run([ESCROW, *args, "check", str(data_dir), *after], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=4 * TIMEOUT,
+                          env={**os.environ, **env} if env else None)
+
+
+def digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def ok(c, verb, xid=None, flags=None, **headers):
@@ -160,7 +169,10 @@ def test_check_exit_codes_for_what_cannot_be_checked(tmp_path):
 def test_check_reports_each_inconsistency_with_exit_code_5(broker):
     """Records added behind escrowd's back (after a SIGKILL, with lmdb-utils' mdb_load): a queue
     record that does not decode, and an expiry record pointing at an entry that does not exist.
-    tests/unit/storage/check_test.cpp makes every kind of inconsistency; this is the command's end."""
+    tests/unit/storage/check_test.cpp makes every kind of inconsistency; this is the command's end.
+    escrowd sets aside every LMDB commit after its commit log's checkpoint, a hand edit's too (and
+    so does the check, on its recovered copy): the store is recovered and its log moved away first,
+    so that escrowd, and the check, read the edits."""
     p = Client(broker)
     try:
         p.send(f"/queue/{unique('q')}", "one")
@@ -168,6 +180,9 @@ def test_check_reports_each_inconsistency_with_exit_code_5(broker):
         p.close()
     broker.kill9()
     check_store(broker.data_dir)
+    broker.start()
+    broker.terminate()
+    (broker.data_dir / "log").unlink()
 
     def load(table, text):
         r = subprocess.run(["mdb_load", "-T", "-s", table, str(broker.data_dir)], input=text.encode(),
@@ -189,3 +204,61 @@ def test_check_reports_each_inconsistency_with_exit_code_5(broker):
     report = json.loads(run_check(broker.data_dir, "--json").stdout)
     assert report["outcome"] == "inconsistent" and report["problems_found"] == 2, report
     assert report["problems_by_kind"]["undecodable"] == 1 and report["problems_by_kind"]["expiry"] == 1, report
+
+
+def test_check_of_a_store_not_closed_cleanly_recovers_a_copy_and_leaves_the_store_as_it_was(
+        broker_factory, stomp_client, tmp_path):
+    # No checkpoint for a minute: every commit of fill() is after the log's checkpoint, so LMDB's
+    # latest commits are what recovery sets aside, and the log's records what it replays.
+    b = broker_factory(config="[storage]\ncheckpoint-interval-ms = 60000\n")
+    names = fill(b, stomp_client)
+    p = names["producer"]
+    later = [f"late{i}" for i in range(5)]
+    for body in later:
+        p.send(f"/queue/{names['q']}", body)
+    b.kill9(check=False)
+    files = [b.data_dir / "data.mdb", b.data_dir / "log"]
+    before = {f.name: digest(f) for f in files}
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+
+    r = run_check(b.data_dir, "--json", after=("--scratch", str(scratch)))
+    assert r.returncode == 0, r
+    report = json.loads(r.stdout)
+    assert report["outcome"] == "consistent", report
+    recovery = report["recovery"]
+    assert recovery["state"] == "recovered", report
+    assert recovery["latest_commit"] > recovery["checkpoint"], report
+    assert recovery["set_aside_commits"] == recovery["latest_commit"] - recovery["checkpoint"], report
+    # One group per receipted SEND, ACK and PREPARE at least: fill() and the 5 late sends.
+    assert recovery["replayed_commits"] >= 9 + 2 + 5, report
+    assert any("was not closed cleanly" in line for line in recovery["log"]), report
+    # The copy holds what the store holds once recovered: what fill() leaves, and the late 5.
+    expected = dict(EXPECTED, entries=EXPECTED["entries"] + 5, inline_entries=EXPECTED["inline_entries"] + 5)
+    assert {k: report["counts"][k] for k in expected} == expected, report
+
+    # In text, through $TMPDIR; the copy is gone afterwards, and nothing of the store changed.
+    r = run_check(b.data_dir, env={"TMPDIR": str(scratch)})
+    assert r.returncode == 0, r
+    assert "state           not closed cleanly: checked a recovered copy, as escrowd will open the store" in r.stdout, r.stdout
+    first, last, checkpoint = recovery["checkpoint"] + 1, recovery["latest_commit"], recovery["checkpoint"]
+    assert (f"recovery        LMDB commits {first} to {last} after the checkpoint (commit {checkpoint}) set aside, "
+            f"{recovery['replayed_commits']} commits replayed from the commit log") in r.stdout, r.stdout
+    assert "store is consistent (as recovered" in r.stdout, r.stdout
+    assert list(scratch.iterdir()) == []
+    assert {f.name: digest(f) for f in files} == before
+
+    # escrowd then recovers the store itself, as the check did with its copy: nothing receipted lost.
+    b.start()
+    b.wait_log("was not closed cleanly")
+    b.wait_log(f"replayed {recovery['replayed_commits']} commits")
+    c = stomp_client(b)
+    x = c.xa("RECOVER", None, "TMSTARTRSCAN|TMENDRSCAN", count=100)
+    assert x.result == "XA_OK" and len(x.xids) == 1, x
+    assert bodies(consume_all(b, f"/queue/{names['q']}")) == [f"q{i}" for i in range(5)] + later
+    # Open in escrowd now: checked live, as before.
+    live = json.loads(check_store(b.data_dir, "--json"))
+    assert live["recovery"]["state"] == "in-use", live
+    b.terminate()
+    clean = json.loads(check_store(b.data_dir, "--json"))
+    assert clean["recovery"]["state"] == "as-is", clean

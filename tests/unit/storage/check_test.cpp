@@ -3,10 +3,15 @@
 // (put_message, erase_entry, set_delivery_count, rm::encode_record), passes; then each kind of
 // inconsistency is made on purpose with a raw LMDB write after the store is closed, and the checker
 // must report exactly that problem. Also: it reads a store that is open (escrow.lock held), never
-// changes data.mdb, and refuses what is not an Escrow store.
+// changes data.mdb, and refuses what is not an Escrow store. And check_as_opened (escrow check):
+// a store whose process died with commits after the commit log's checkpoint is checked on a copy
+// recovered as escrowd would recover it, the store itself left byte for byte as it was.
 #include <doctest/doctest.h>
 #include <lmdb.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -20,6 +25,9 @@
 #include "escrow/rm/record_check.h"
 #include "escrow/storage/check.h"
 #include "escrow/storage/coding.h"
+#include "escrow/storage/commit_log.h"
+#include "escrow/storage/fault_injection.h"
+#include "escrow/storage/lmdb_meta.h"
 #include "escrow/storage/schema.h"
 #include "escrow/storage/store.h"
 #include "escrow/xid.h"
@@ -230,6 +238,48 @@ std::string file_bytes(const std::string& path) {
   s << in.rdbuf();
   return s.str();
 }
+
+// A child process opens the store in `path` with no checkpoint for a minute (`faults`: a fault plan
+// of the test builds), stores messages 8.. 8 + n - 1 in orders, each durable before the next, and
+// dies by SIGKILL: LMDB's latest n commits are after the commit log's checkpoint.
+void add_then_die(const std::string& path, int n, std::string_view faults = {}) {
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    store_options o;
+    o.path = path;
+    o.map_size = 64ull << 20;
+    o.checkpoint_interval_ms = 60000;
+    std::string error;
+    if (!faults.empty() && !fault_plan::parse(faults, o.faults, error)) _exit(4);
+    std::unique_ptr<store> s;
+    if (!store::open(o, s).ok()) _exit(2);
+    for (int i = 0; i < n; ++i) {
+      auto id = static_cast<std::uint64_t>(8 + i);
+      batch m;
+      put_message(m, id, record("/queue/orders"), {{1, 4, id}});
+      m.put(table::meta, kNextMessageIdKey, u64(id + 1));
+      std::promise<bool> done;
+      s->submit(std::move(m), [&](status st) { done.set_value(st.ok()); });
+      if (!done.get_future().get()) _exit(3);
+    }
+    raise(SIGKILL);
+    _exit(1);
+  }
+  int wstatus = 0;
+  REQUIRE(waitpid(pid, &wstatus, 0) == pid);
+  REQUIRE(WIFSIGNALED(wstatus));
+}
+
+check_report check_as_escrowd_opens(const std::string& path, const std::string& scratch) {
+  check_options o;
+  o.path = path;
+  o.decode_branch = rm::check_branch_record;
+  o.scratch = scratch;
+  return check_as_opened(o);
+}
+
+bool empty_dir(const std::string& path) { return std::filesystem::is_empty(path); }
 
 }  // namespace
 
@@ -517,5 +567,134 @@ TEST_SUITE("storage/check") {
       CHECK(r.counts.next_message_id == 7);  // past the branch's message 6
       CHECK(r.counts.next_queue_id == 4);    // past every queue record
     }
+  }
+}
+
+TEST_SUITE("storage/check as escrowd opens it") {
+  TEST_CASE("a store not closed cleanly is checked on a recovered copy; the store is left as it was") {
+    store_fixture f;
+    add_then_die(f.path(), 5);
+    const std::string data = file_bytes(f.path() + "/data.mdb"), log = file_bytes(f.path() + "/log");
+    temp_dir scratch;
+    check_report r = check_as_escrowd_opens(f.path(), scratch.path());
+    INFO(all(r));
+    REQUIRE(r.outcome == check_report::result::consistent);
+    CHECK(r.recovery.found == recovery_report::state::recovered);
+    CHECK(r.recovery.latest_commit == r.recovery.checkpoint + 5);
+    CHECK(r.recovery.set_aside == 5);
+    CHECK(r.recovery.replayed == 5);
+    CHECK(r.counts.entries == 6 + 5);
+    CHECK(r.counts.next_message_id == 13);
+    // Nothing of the copy is left, and neither file of the store changed.
+    CHECK(empty_dir(scratch.path()));
+    CHECK(file_bytes(f.path() + "/data.mdb") == data);
+    CHECK(file_bytes(f.path() + "/log") == log);
+    // What escrowd then opens holds what the check counted.
+    auto s = f.open();
+    std::string ignored;
+    for (std::uint64_t id = 8; id < 13; ++id) CHECK(s->get(table::entries, entry_key{1, 4, id}.encode(), ignored).ok());
+  }
+
+  TEST_CASE("torn commits after the checkpoint, which recovery sets aside, are not what is checked") {
+    store_fixture f;
+    add_then_die(f.path(), 3);
+    // What a power cut can leave of the unsynced commits: the latest meta page's main tree pointing
+    // at a page that holds nothing of it (commit_log_test.cpp does the same to the store).
+    lmdb_metas metas;
+    REQUIRE(read_lmdb_metas(f.path() + "/data.mdb", metas).ok());
+    {
+      std::fstream file(f.path() + "/data.mdb", std::ios::in | std::ios::out | std::ios::binary);
+      std::uint64_t root_at = static_cast<std::uint64_t>(metas.latest_page) * metas.page_size + 16 + 24 + 48 + 40;
+      file.seekp(static_cast<std::streamoff>(root_at));
+      std::uint64_t bogus = 3;
+      file.write(reinterpret_cast<const char*>(&bogus), sizeof bogus);
+    }
+    const std::string data = file_bytes(f.path() + "/data.mdb");
+    CHECK(f.check().outcome != check_report::result::consistent);  // LMDB as the crash left it
+    temp_dir scratch;
+    check_report r = check_as_escrowd_opens(f.path(), scratch.path());
+    INFO(all(r));
+    CHECK(r.outcome == check_report::result::consistent);
+    CHECK(r.recovery.found == recovery_report::state::recovered);
+    CHECK(r.recovery.replayed == 3);
+    CHECK(r.counts.entries == 6 + 3);
+    CHECK(file_bytes(f.path() + "/data.mdb") == data);
+    CHECK(empty_dir(scratch.path()));
+  }
+
+  TEST_CASE("a store closed cleanly is checked as it is, and one open in escrowd live") {
+    store_fixture f;
+    temp_dir scratch;
+    check_report r = check_as_escrowd_opens(f.path(), scratch.path());
+    CHECK(r.outcome == check_report::result::consistent);
+    CHECK(r.recovery.found == recovery_report::state::as_is);
+    {
+      auto s = f.open();  // holds escrow.lock, as escrowd does
+      r = check_as_escrowd_opens(f.path(), scratch.path());
+      CHECK(r.outcome == check_report::result::consistent);
+      CHECK(r.recovery.found == recovery_report::state::in_use);
+    }
+    CHECK(empty_dir(scratch.path()));
+  }
+
+  TEST_CASE("a start that died before its replay was committed leaves records to replay: a copy replays them") {
+    if (!fault_injection_compiled()) return;
+    store_fixture f;
+    add_then_die(f.path(), 4);
+    // The next start sets LMDB back to the checkpoint and dies applying the first record.
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      store_options o;
+      o.path = f.path();
+      o.map_size = 64ull << 20;
+      std::string error;
+      if (!fault_plan::parse("replay:1:kill", o.faults, error)) _exit(4);
+      std::unique_ptr<store> s;
+      (void)store::open(o, s);
+      _exit(1);
+    }
+    int wstatus = 0;
+    REQUIRE(waitpid(pid, &wstatus, 0) == pid);
+    REQUIRE(WIFSIGNALED(wstatus));
+    temp_dir scratch;
+    check_report r = check_as_escrowd_opens(f.path(), scratch.path());
+    INFO(all(r));
+    CHECK(r.outcome == check_report::result::consistent);
+    CHECK(r.recovery.found == recovery_report::state::recovered);
+    CHECK(r.recovery.set_aside == 0);
+    CHECK(r.recovery.latest_commit == r.recovery.checkpoint);
+    CHECK(r.recovery.replayed == 4);
+    CHECK(r.counts.entries == 6 + 4);
+  }
+
+  TEST_CASE("what escrowd's recovery refuses, the check reports, naming the store and not the copy") {
+    store_fixture f;
+    add_then_die(f.path(), 2);
+    {
+      // A log whose checkpoint is later than data.mdb's latest commit: the disk lost writes.
+      std::unique_ptr<commit_log> log;
+      REQUIRE(commit_log::open(f.path(), log).ok());
+      commit_log::control c = log->current();
+      REQUIRE(log->set_checkpoint(c.checkpoint + 100, c.checkpoint_meta).ok());
+    }
+    temp_dir scratch;
+    check_report r = check_as_escrowd_opens(f.path(), scratch.path());
+    INFO(r.open_error);
+    CHECK(r.outcome == check_report::result::unrecoverable);
+    CHECK(r.open_error.find(f.path() + "/data.mdb holds LMDB commit") != std::string::npos);
+    CHECK(r.open_error.find(scratch.path()) == std::string::npos);
+    CHECK(empty_dir(scratch.path()));
+  }
+
+  TEST_CASE("the copy is not made inside the data directory") {
+    store_fixture f;
+    add_then_die(f.path(), 1);
+    check_report r = check_as_escrowd_opens(f.path(), f.path());
+    CHECK(r.outcome == check_report::result::cannot_open);
+    CHECK(r.open_error.find("--scratch") != std::string::npos);
+    std::size_t files = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(f.path())) ++files;
+    CHECK(files == 4);  // data.mdb, lock.mdb, escrow.lock, log
   }
 }

@@ -6,6 +6,10 @@
 // entries, the expiry index against entries, prepared branch records, and the next ids. It reports
 // each inconsistency with its table, its key (printable_key) and what is wrong.
 //
+// check_as_opened (escrow check) checks what escrowd would open: a store that was not closed
+// cleanly is recovered first, as escrowd's start recovers it, but on a copy (the original is never
+// written); a store a running escrowd holds is checked live.
+//
 // Branch records are rm/'s format, and storage must not use rm: the caller passes a decoder
 // (rm/record_check.h has the one escrow uses) that turns a record into what the rest of the store
 // must agree with (branch_refs).
@@ -40,6 +44,9 @@ struct check_options {
   std::string path;                // the data directory (holding data.mdb)
   branch_decoder decode_branch;    // null: branch records are counted, not checked (a problem)
   std::size_t max_listed_per_kind = 20;  // problems listed per kind; the rest are only counted
+  // check_as_opened: where the temporary directory holding a recovered copy is made ("": $TMPDIR,
+  // else /tmp). It is removed afterwards.
+  std::string scratch;
 };
 
 // The kinds of inconsistency, one per check.
@@ -69,8 +76,28 @@ struct check_counts {
   std::uint32_t next_queue_id = 0;    // likewise for queues
 };
 
+// How check_as_opened found the store, and what it did before checking it.
+struct recovery_report {
+  enum class state {
+    as_is,      // not in use, nothing to recover (or a commit log escrowd would not replay): checked as on disk
+    in_use,     // escrow.lock is held: a running escrowd has it open (and recovered it): checked live
+    recovered,  // not closed cleanly: a copy was recovered as escrowd's start would, and the copy checked
+    unknown,    // escrow.lock or data.mdb's meta pages cannot be read: checked as on disk (check_store says why)
+  };
+  state found = state::as_is;
+  // recovered: LMDB's latest commit on disk and the one the commit log's checkpoint names. When
+  // the latest is later, recovery sets aside the commits after the checkpoint (set_aside of them).
+  std::uint64_t latest_commit = 0;
+  std::uint64_t checkpoint = 0;
+  std::uint64_t set_aside = 0;
+  std::int64_t replayed = -1;  // recovered: commit log records replayed into the copy (-1: not known)
+  std::vector<std::string> log;  // recovered: what the store logged while recovering the copy
+};
+
 struct check_report {
-  enum class result { consistent, inconsistent, cannot_open };
+  // unrecoverable: the store was not closed cleanly and escrowd's recovery fails on it (escrowd
+  // would not start); open_error says why. Nothing else was checked.
+  enum class result { consistent, inconsistent, cannot_open, unrecoverable };
   result outcome = result::consistent;
   std::string open_error;  // cannot_open: why, and what to do
   std::uint32_t schema_version = 0;
@@ -82,9 +109,20 @@ struct check_report {
   std::uint64_t total_found() const;
   // Kinds with more problems than were listed: "... and 12 more reference problems".
   std::vector<std::string> unlisted() const;
+  recovery_report recovery;  // check_as_opened only
 };
 
 // Checks the store in `options.path`. Never writes to it (LMDB registers the reader in lock.mdb).
 check_report check_store(const check_options& options);
+
+// What `escrow check` runs: checks the store escrowd would open from `options.path`, never writing
+// to it. escrow.lock held by a running escrowd: check_store on it, live. Otherwise, while holding
+// escrow.lock shared (an escrowd starting meanwhile refuses the directory): when LMDB's latest
+// commit is not the commit log's checkpoint, or LMDB is at the checkpoint but the log holds
+// records after the position LMDB holds (a start that died while recovering), data.mdb and log
+// are copied (sparse) into a new directory under options.scratch, the lock released, the copy
+// opened with storage::store (which recovers it: the checkpoint restored, the log replayed) and
+// closed, and check_store run on it; the directory is removed. Otherwise check_store on it as is.
+check_report check_as_opened(const check_options& options);
 
 }  // namespace escrow::storage
