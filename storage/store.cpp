@@ -1235,7 +1235,10 @@ status store::impl::refused_write(int rc) const {
   measure_room();
   std::uint64_t room = disk_free.load(std::memory_order_relaxed);
   if (rc == EIO && room < std::max<std::uint64_t>(options.min_free_disk, 1ull << 20))
-    return from_lmdb(ENOSPC, "batch not stored: a write of data.mdb failed (" + std::string(mdb_strerror(rc)) + ")");
+    return {status::code::store_full, "store full: a write of data.mdb failed (" + std::string(mdb_strerror(rc)) +
+                                          ") with " + std::to_string(room >> 10) + " KiB left on the disk holding " +
+                                          options.path + "; free disk space or consume messages. Writes resume by "
+                                          "themselves"};
   return {status::code::io_error, from_lmdb(rc, "batch not stored: a write of data.mdb failed").message() +
                                       "; nothing of it is stored, and later writes go on (check dmesg if it repeats)"};
 }

@@ -1,0 +1,114 @@
+"""A full disk refuses new sends and harms nothing stored (issue 22, part 2; DESIGN.md invariant 8).
+
+On a 24 MiB tmpfs with storage.min-free-disk = 1 MiB and a 16 MiB commit log: the log's ring is
+allocated whole when escrowd starts, so it never takes the space the floor keeps; SENDs are then
+refused with "store full", acknowledgements and consumption go on, SENDs resume by themselves
+once consuming freed room, nothing receipted is lost after a SIGKILL, and `escrow check` is clean.
+Once with the ring not yet written once, once after it wrapped. (Before the ring was allocated
+whole, its zero-filling took the disk to 0 bytes free, LMDB's next page write failed short, and
+the store refused every write, ACKs included, until a restart.)
+"""
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import SLOW, TIMEOUT, Closed, RawStomp, bodies, check_store, consume_all, frame_bytes, preload, unique
+
+DISK = "24m"
+CONFIG = "[storage]\nmin-free-disk = 1048576\nlog-size = 16777216\n"
+BODY = 4000
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 24 MiB tmpfs of its own (needs root: scripts/test runs as root, as CI does)."""
+    d = tmp_path / "disk"
+    d.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK},mode=0700", "tmpfs", str(d)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs ({r.stderr.strip()}): this test needs root")
+    yield d
+    subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+def send_batch(port, q, bodies_to_send):
+    """Sends each body with a receipt, pipelined on one connection; returns (receipted bodies, the
+    ERROR message or None). An ERROR closes the connection: what follows it was not stored."""
+    s = RawStomp(port)
+    receipted = []
+    try:
+        s.connect()
+        s.send(b"".join(frame_bytes("SEND", [("destination", q), ("receipt", body[:12])], body)
+                        for body in bodies_to_send))
+        by_id = {body[:12]: body for body in bodies_to_send}
+        while len(receipted) < len(bodies_to_send):
+            try:
+                f = s.read_frame(timeout=TIMEOUT * SLOW)
+            except Closed:
+                return receipted, "closed without an ERROR"
+            if f.command == "ERROR":
+                return receipted, f.headers.get("message", "")
+            assert f.command == "RECEIPT", f
+            receipted.append(by_id[f.headers["receipt-id"]])
+        return receipted, None
+    finally:
+        s.close()
+
+
+def body(i):
+    return f"m{i:010d}-" + "x" * (BODY - 12)
+
+
+def free_bytes(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["ring not yet written once", "ring wrapped"])
+def test_a_full_disk_refuses_sends_and_harms_nothing_stored(small_disk, broker_factory, wrapped):
+    b = broker_factory(config=CONFIG, data_dir=small_disk / "data")
+    log = small_disk / "data" / "log"
+    assert log.stat().st_blocks * 512 >= 16 * 1024 * 1024, "the ring is not allocated whole at start"
+    q = f"/queue/{unique('full')}"
+    n = 0
+    if wrapped:  # 20 MiB through the 16 MiB ring, consumed as it goes: the disk stays roomy
+        for _ in range(5):
+            preload(b, q, [body(i) for i in range(n, n + 1000)])
+            assert len(consume_all(b, q)) == 1000
+            n += 1000
+        assert "replayed" not in b.log
+
+    stored, refusal = [], None
+    while refusal is None:
+        assert n < 20000, "24 MiB of disk took more than 80 MB of messages without a refusal"
+        got, refusal = send_batch(b.port, q, [body(i) for i in range(n, n + 100)])
+        stored += got
+        n += 100
+    assert refusal.startswith("message not stored: store full"), refusal
+    assert "refuses every write" not in b.log, "the full disk stopped the store"
+    assert free_bytes(small_disk) > 0, "the disk filled to its last byte"
+    got, again = send_batch(b.port, q, [body(n)])
+    assert got == [] and again.startswith("message not stored: store full"), again
+    n += 1
+
+    # Consumption and its acknowledgements are writes too: they go on, and free the room.
+    assert bodies(consume_all(b, q)) == stored
+    deadline = time.monotonic() + TIMEOUT * SLOW
+    while True:  # sends resume by themselves
+        got, refusal = send_batch(b.port, q, [body(n)])
+        n += 1
+        if got:
+            break
+        assert time.monotonic() < deadline, f"sends did not resume after the queue was emptied: {refusal}"
+        time.sleep(0.05)
+    after, refusal = send_batch(b.port, q, [body(i) for i in range(n, n + 20)])
+    assert refusal is None, refusal
+    b.kill9()
+    check_store(b.data_dir)
+    b.start()
+    assert bodies(consume_all(b, q)) == got + after
+    b.kill9()
+    check_store(b.data_dir)
