@@ -206,10 +206,12 @@ struct store::impl {
 
   // send_room(): measured at most every kRoomCheckNs, by whichever thread asks first.
   static constexpr std::int64_t kRoomCheckNs = 10'000'000;
+  static constexpr std::uint64_t kNearFloorBytes = 16ull << 20;  // measured at every call below floor * 2 + this
   mutable std::mutex room_mutex;
   mutable std::atomic<std::int64_t> room_checked_ns{0};
   mutable std::atomic<std::uint64_t> live_bytes{0};
   mutable std::atomic<std::uint64_t> reusable_bytes{0};
+  std::atomic<std::uint64_t> pinned_txnid{0};  // checkpointed.txnid, for measure_room on any thread
   mutable std::atomic<std::uint64_t> disk_free{0};
   void measure_room() const;
   std::chrono::steady_clock::time_point last_trim;  // committer thread only
@@ -697,6 +699,7 @@ status store::impl::start_log() {
   int fd = -1;
   mdb_env_get_fd(env, &fd);
   checkpointed.txnid = last_txnid;
+  pinned_txnid = last_txnid;
   if (status s = capture_lmdb_meta(fd, page_size, last_txnid, checkpointed.meta); !s.ok()) return s;
   if (status s = log->start_generation(last_txnid, checkpointed.meta, data_file_id, store_id, options.log_size);
       !s.ok())
@@ -708,9 +711,12 @@ status store::impl::start_log() {
 
 // What send_room() answers from: the pages the tables use (each table's branch, leaf and
 // overflow pages, the free list's own pages, the two meta pages), the pages of the file that
-// LMDB may reuse, and the disk's free space.
+// LMDB may reuse now, and the disk's free space. LMDB reuses a free page only once no snapshot
+// can see it: pages freed after the checkpoint's commit wait for the next checkpoint (its pin is
+// the oldest reader), and meanwhile a write takes new pages at the end of the file, from the
+// disk. So only the free list's entries from before the pinned commit count as room.
 void store::impl::measure_room() const {
-  std::uint64_t used_pages = 2;
+  std::uint64_t used_pages = 2, free_pages = 0;
   MDB_envinfo info{};
   MDB_stat st{};
   {
@@ -724,14 +730,28 @@ void store::impl::measure_room() const {
     add(0);  // the free list (FREE_DBI)
     add(1);  // the main table, which names the others (MAIN_DBI)
     for (MDB_dbi d : dbi) add(d);
+    // The free list: key the id of the commit that freed the pages, value their count and numbers.
+    MDB_cursor* cursor = nullptr;
+    if (mdb_cursor_open(txn, 0, &cursor) == 0) {
+      const std::uint64_t oldest = pinned_txnid.load(std::memory_order_relaxed);
+      MDB_val k, v;
+      while (mdb_cursor_get(cursor, &k, &v, MDB_NEXT) == 0 && k.mv_size == sizeof(std::size_t) &&
+             v.mv_size >= sizeof(std::size_t)) {
+        std::size_t freed_by = 0, count = 0;
+        std::memcpy(&freed_by, k.mv_data, sizeof freed_by);
+        if (freed_by >= oldest) break;  // in key order: the rest is not reusable yet
+        std::memcpy(&count, v.mv_data, sizeof count);
+        free_pages += count;
+      }
+      mdb_cursor_close(cursor);
+    }
     mdb_env_info(env, &info);
     mdb_env_stat(env, &st);
     mdb_txn_abort(txn);
   }
   std::uint64_t page = st.ms_psize ? st.ms_psize : 4096;
-  std::uint64_t file_pages = static_cast<std::uint64_t>(info.me_last_pgno) + 1;
   live_bytes = used_pages * page;
-  reusable_bytes = file_pages > used_pages ? (file_pages - used_pages) * page : 0;
+  reusable_bytes = free_pages * page;
   struct statvfs vfs{};
   if (::statvfs(options.path.c_str(), &vfs) == 0) {
     disk_free = static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize;
@@ -1110,6 +1130,7 @@ int store::impl::collect_checkpoint(bool wait) {
   }
   if (checkpointed.pin) mdb_txn_abort(checkpointed.pin);
   checkpointed = std::move(*done);
+  pinned_txnid = checkpointed.txnid;
   log->keep_from(checkpointed.log_end);
   last_checkpoint_at = std::chrono::steady_clock::now();
   return 0;
@@ -1131,7 +1152,9 @@ void store::impl::maybe_checkpoint() {
     return;
   }
   auto now = std::chrono::steady_clock::now();
-  if (now - last_checkpoint_at >= std::chrono::milliseconds(options.checkpoint_interval_ms) ||
+  // While writes are refused for room, at once: the pages that acknowledgements free become
+  // reusable only once a checkpoint moves the pin past them (measure_room).
+  if (refusing || now - last_checkpoint_at >= std::chrono::milliseconds(options.checkpoint_interval_ms) ||
       log->since_checkpoint() >= options.log_size / 4)
     start_checkpoint();
 }
@@ -1296,7 +1319,7 @@ void store::impl::run_committer() {
         // A full map, or a full disk met before anything was written: nothing of the group is on
         // disk and the environment is intact, so each batch is refused as store_full and writes
         // go on.
-        status s = from_lmdb(rc, "batch not stored");
+        status s = from_lmdb(rc, "store full: batch not stored");
         if (!refusing) spdlog::error("storage: {}; refusing writes until there is room", s.message());
         refusing = true;
         for (auto& p : group)
@@ -1622,7 +1645,14 @@ status store::send_room(bool measure_now) const {
   const impl& m = *impl_;
   std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                          std::chrono::steady_clock::now().time_since_epoch()).count();
-  if (measure_now || now - m.room_checked_ns.load(std::memory_order_relaxed) >= impl::kRoomCheckNs) {
+  // Near the disk floor the room is measured at every call: a burst of SENDs within one 10 ms
+  // interval could otherwise take the disk past the floor, to its last byte, where nothing (not
+  // even an ACK, whose pages need room too) can be written.
+  const std::uint64_t floor = m.options.min_free_disk;
+  const bool near_floor = floor != 0 && m.disk_free.load(std::memory_order_relaxed) +
+                                                m.reusable_bytes.load(std::memory_order_relaxed) <
+                                            2 * floor + impl::kNearFloorBytes;
+  if (measure_now || near_floor || now - m.room_checked_ns.load(std::memory_order_relaxed) >= impl::kRoomCheckNs) {
     std::unique_lock lock(m.room_mutex, std::defer_lock);
     if (measure_now) {
       lock.lock();
@@ -1641,6 +1671,9 @@ status store::send_room(bool measure_now) const {
                                           mib(m.options.max_size) +
                                           "); consume messages or raise storage.max-size. Sends resume by themselves"};
   std::uint64_t room = m.disk_free.load(std::memory_order_relaxed) + m.reusable_bytes.load(std::memory_order_relaxed);
+  // What is submitted and not yet written will take room too: twice its bytes (LMDB's pages are
+  // written whole, and copied on write), so that the floor holds under a burst.
+  room -= std::min(room, 2 * m.queued_bytes.load(std::memory_order_relaxed));
   if (m.options.min_free_disk != 0 && room < m.options.min_free_disk)
     return {status::code::store_full, "store full: the disk holding " + m.options.path + " has " + mib(room) +
                                           " free for the store, below storage.min-free-disk (" +
