@@ -66,18 +66,23 @@ def synced_directories(events):
     return synced
 
 
-def test_a_new_store_syncs_its_directory_and_parent_before_the_first_receipt(tmp_path, stomp_client):
-    trace = tmp_path / "trace"
-    (tmp_path / "work").mkdir()
-    b = TracedBroker(trace, workdir=tmp_path / "work")
+def send_first_and_stop(b, stomp_client):
+    """Starts `b`, sends one message (waiting for its RECEIPT) and stops it cleanly."""
     try:
         b.start()
         c = stomp_client(b)
-        c.send(f"/queue/{unique('dirsync')}", "first")  # waits for its RECEIPT
+        c.send(f"/queue/{unique('dirsync')}", "first")
         c.close()
         assert b.terminate() == 0, b.log
     finally:
         b.close()
+
+
+def test_a_new_store_syncs_its_directory_and_parent_before_the_first_receipt(tmp_path, stomp_client):
+    trace = tmp_path / "trace"
+    (tmp_path / "work").mkdir()
+    b = TracedBroker(trace, workdir=tmp_path / "work")
+    send_first_and_stop(b, stomp_client)
     events = calls(trace)
     data_dir = str(b.data_dir)
     created = [i for i, (name, args, result) in enumerate(events)
@@ -118,14 +123,7 @@ def test_a_new_store_syncs_every_directory_it_made_and_the_real_parent(tmp_path,
     data_dir = f"{base}/data/" if spelling == "trailing slash" else f"{base}/n1/n2/data"
     trace = tmp_path / "trace"
     b = TracedBroker(trace, workdir=base, data_dir=data_dir)
-    try:
-        b.start()
-        c = stomp_client(b)
-        c.send(f"/queue/{unique('dirsync')}", "first")  # waits for its RECEIPT
-        c.close()
-        assert b.terminate() == 0, b.log
-    finally:
-        b.close()
+    send_first_and_stop(b, stomp_client)
     synced = synced_directories(calls(trace))
     real = Path(data_dir.rstrip("/"))
     assert str(real) in synced, synced
