@@ -11,6 +11,7 @@ scripts/test for the sanitizer build) stretches every timeout.
 import itertools
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -250,11 +251,24 @@ class Broker:
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
+    setattr(item, f"_report_{report.when}", report)  # for clean_passed_tmp_path
     if report.failed:
         for i, b in enumerate(getattr(item, "_escrow_brokers", [])):
             text = b.log
             tail = "\n".join(text.splitlines()[-300:])
             report.sections.append((f"escrowd #{i} output ({ESCROWD})", tail))
+
+
+@pytest.fixture(autouse=True)
+def clean_passed_tmp_path(request, tmp_path):
+    """Removes a passed test's temporary directory when it ends (after its brokers stopped: an
+    autouse fixture is set up first and torn down last). Every escrowd allocates its commit log's
+    whole ring when it starts (64 MiB by default), and pytest keeps the directories of its last
+    three runs: a run of the suite would otherwise leave tens of GiB. A failed test's stays."""
+    yield
+    report = getattr(request.node, "_report_call", None)
+    if report is not None and report.passed:
+        shutil.rmtree(tmp_path, ignore_errors=True)
 
 
 @pytest.fixture
@@ -666,7 +680,7 @@ class RawStomp:
         self.buf = b""
         self.closed = False
         self.eols = []  # monotonic arrival times of heart-beat EOLs between frames
-        self.raw = b""  # everything received
+        self.raw = bytearray()  # everything received (a bytearray: appending to bytes copies it all)
 
     def send(self, data):
         """Sends bytes; returns False if the server had already closed (EPIPE / reset)."""

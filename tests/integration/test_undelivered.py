@@ -12,6 +12,7 @@ import stomp
 
 from conftest import SLOW, TIMEOUT, consume_all, unique
 from test_config import run_escrowd
+from test_reload import hangup, wait_log
 
 FAST_REAPER = "[delivery]\nmessage-expiry-scan-period = 100\n"
 
@@ -47,6 +48,17 @@ class Timed(stomp.ConnectionListener):
     def on_message(self, frame):
         with self.lock:
             self.arrivals.append((time.monotonic(), frame))
+
+
+def sleep_past(expires_ms, seconds):
+    """Sleeps until `seconds` after the epoch milliseconds `expires_ms` (escrowd's clock for expiry
+    is the wall clock)."""
+    time.sleep(max(0.0, expires_ms / 1000 + seconds - time.time()))
+
+
+# A time to live long enough for the message to be stored and delivered before it expires, also on
+# a loaded machine; the test then waits until it has passed.
+DELIVERED_IN_TIME_MS = int(1000 * SLOW)
 
 
 def assert_empty(client, destination):
@@ -140,19 +152,25 @@ def test_reaper_moves_an_expired_message_to_the_expiry_address(broker_factory, s
 
 
 def test_a_pass_larger_than_one_turn_moves_every_expired_message_once(broker_factory, stomp_client):
-    # The reaper works in turns of 256 index records; 600 expired messages take three turns.
-    b = broker_factory(config=settings(DEFAULTS, head="[delivery]\nmessage-expiry-scan-period = 300\n"))
+    # The reaper works in turns of 256 index records; 600 expired messages take three turns. It is
+    # off until all 600 are stored and past their expiry, however long sending them took, and then
+    # turned on by a SIGHUP: its first pass finds all of them (a pass running while they were still
+    # being stored would find only some).
+    b = broker_factory(config=settings(DEFAULTS, head="[delivery]\nmessage-expiry-scan-period = -1\n"))
     q = unique("bigpass")
     c = stomp_client(b)
-    expires = str(int(time.time() * 1000) + 200)
-    pending = [c.send(f"/queue/{q}", f"e{i}", headers={"expires": expires}, wait=False) for i in range(600)]
+    expires = int(time.time() * 1000) + 200
+    pending = [c.send(f"/queue/{q}", f"e{i}", headers={"expires": str(expires)}, wait=False) for i in range(600)]
     c.send(f"/queue/{q}", "stays")
     for rid in pending:
         c.wait_receipt(rid)
+    sleep_past(expires, 0.01)
+    mark = hangup(b, settings(DEFAULTS, head="[delivery]\nmessage-expiry-scan-period = 300\n"))
+    wait_log(b, "SIGHUP: reloaded", mark)
     moved = consume_all(b, "/queue/ExpiryQueue", 600, timeout=2 * TIMEOUT)
     # Each once: consume_all takes everything up to a sentinel, so a second move would be in `moved`.
     assert sorted(m.body for m in moved) == sorted(f"e{i}" for i in range(600))
-    assert "expiry reaper: 600 messages expired" in b.log
+    b.wait_log("expiry reaper: 600 messages expired")
     assert [m.body for m in consume_all(b, f"/queue/{q}", 1)] == ["stays"]
     c.close()
 
@@ -204,9 +222,10 @@ def test_a_message_in_flight_is_not_expired_under_its_consumer(broker_factory, s
     q = unique("inflight")
     c = stomp_client(b)
     sub = c.subscribe(f"/queue/{q}", ack="client-individual")
-    c.send(f"/queue/{q}", "held", headers={"expires": str(int(time.time() * 1000) + 200)})
+    expires = int(time.time() * 1000) + DELIVERED_IN_TIME_MS
+    c.send(f"/queue/{q}", "held", headers={"expires": str(expires)})
     m = c.wait_messages(1, subscription=sub)[0]
-    time.sleep(0.6)  # past its expiry, several reaper passes
+    sleep_past(expires, 0.4)  # past its expiry, several reaper passes
     c.nack(m, receipt=True)  # back in the queue, expired: to the expiry address, not redelivered
     moved = consume_all(b, "/queue/ExpiryQueue", 1)
     assert moved[0].body == "held"
@@ -219,11 +238,12 @@ def test_a_message_consumed_in_an_open_transaction_expires_only_after_rollback(b
     q = unique("txexp")
     c = stomp_client(b)
     sub = c.subscribe(f"/queue/{q}", ack="client-individual")
-    c.send(f"/queue/{q}", "in-branch", headers={"expires": str(int(time.time() * 1000) + 200)})
+    expires = int(time.time() * 1000) + DELIVERED_IN_TIME_MS
+    c.send(f"/queue/{q}", "in-branch", headers={"expires": str(expires)})
     m = c.wait_messages(1, subscription=sub)[0]
     c.begin("tx1")
     c.ack(m, transaction="tx1")
-    time.sleep(0.6)
+    sleep_past(expires, 0.4)  # past its expiry, several reaper passes
     c.abort("tx1")
     moved = consume_all(b, "/queue/ExpiryQueue", 1)
     assert moved[0].body == "in-branch"

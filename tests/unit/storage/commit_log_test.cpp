@@ -110,11 +110,21 @@ void in_child_that_dies(F body) {
   REQUIRE(WIFSIGNALED(wstatus));
 }
 
+// A store that takes no checkpoint by itself while a test runs (the interval is 10 minutes, and
+// these tests write far less than a quarter of the ring): what a child stores is after the log's
+// checkpoint when it dies, so the next open sets it aside and replays it, however slow the machine.
+// (With the default 500 ms, a slow run could checkpoint every commit first: nothing to replay.)
+store_options unhurried(const std::string& dir) {
+  store_options o = small_store(dir);
+  o.checkpoint_interval_ms = 600000;
+  return o;
+}
+
 // The child stores batches 0..n-1, each reported durable before the next, and dies.
 void store_then_die(const std::string& dir, int n) {
   in_child_that_dies([&] {
     std::unique_ptr<store> s;
-    if (!store::open(small_store(dir), s).ok()) _exit(2);
+    if (!store::open(unhurried(dir), s).ok()) _exit(2);
     for (int i = 0; i < n; ++i) {
       std::promise<bool> done;
       s->submit(message_batch(i), [&](status st) { done.set_value(st.ok()); });
@@ -351,7 +361,7 @@ TEST_SUITE("storage/recovery") {
     };
     in_child_that_dies([&] {
       std::unique_ptr<store> s;
-      if (!store::open(small_store(dir.path()), s).ok()) _exit(2);
+      if (!store::open(unhurried(dir.path()), s).ok()) _exit(2);
       for (int i = 0; i < 6; ++i) {
         batch b = message_batch(i);
         b.put(table::message_refs, message_key(static_cast<std::uint64_t>(i)), refs(3));
