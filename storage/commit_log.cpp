@@ -285,6 +285,10 @@ status commit_log::start_generation(std::uint64_t checkpoint, std::string_view m
       return {status::code::io_error, "cannot shrink the commit log " + path_ + ": " + std::strerror(errno)};
     file_ring_ = capacity;
   }
+  // Blocks allocated past the ring's end (a larger storage.log-size before, a fallocate that ran
+  // out of disk half way) go back to the file system. Where punching holes is not supported they stay.
+  (void)::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(kRingStart + capacity),
+                    static_cast<off_t>(1) << 50);
   head_ = 0;
   keep_from_ = 0;
   next_lsn_ = next.first_lsn;

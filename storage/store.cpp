@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -206,7 +207,8 @@ struct store::impl {
 
   // send_room(): measured at most every kRoomCheckNs, by whichever thread asks first.
   static constexpr std::int64_t kRoomCheckNs = 10'000'000;
-  static constexpr std::uint64_t kNearFloorBytes = 16ull << 20;  // measured at every call below floor * 2 + this
+  static constexpr std::int64_t kRoomCheckNearNs = 1'000'000;   // below floor * 2 + kNearFloorBytes
+  static constexpr std::uint64_t kNearFloorBytes = 16ull << 20;
   mutable std::mutex room_mutex;
   mutable std::atomic<std::int64_t> room_checked_ns{0};
   mutable std::atomic<std::uint64_t> live_bytes{0};
@@ -214,6 +216,8 @@ struct store::impl {
   std::atomic<std::uint64_t> pinned_txnid{0};  // checkpointed.txnid, for measure_room on any thread
   mutable std::atomic<std::uint64_t> disk_free{0};
   void measure_room() const;
+  std::uint64_t oldest_reader() const;
+  mutable std::atomic<bool> short_of_room{false};  // send_room refused: checkpoint soon (maybe_checkpoint)
   std::chrono::steady_clock::time_point last_trim;  // committer thread only
   std::atomic<std::uint64_t> commits{0};
   std::atomic<std::size_t> queued_bytes{0};  // submitted batches not yet completed
@@ -331,19 +335,26 @@ status store::impl::open_environment() {
 // left them unsynced) and its parent, and the parent of every directory it made, before the first
 // receipt depends on them.
 status store::impl::sync_directories(const std::vector<std::filesystem::path>& made) const {
-  std::error_code ec;
-  std::filesystem::path dir = std::filesystem::absolute(options.path, ec).lexically_normal();
-  if (!dir.has_filename()) dir = dir.parent_path();  // "data/"
-  std::vector<std::filesystem::path> to_sync = {dir, dir.parent_path()};
-  for (const auto& d : made) to_sync.push_back(d.parent_path());
-  std::vector<std::filesystem::path> synced;
-  for (const auto& d : to_sync) {
-    if (std::find(synced.begin(), synced.end(), d) != synced.end()) continue;
-    synced.push_back(d);
-    if (int rc = sync_directory(d.string()); rc != 0)
-      return {status::code::io_error, "cannot sync the directory " + d.string() + " (the data directory " +
-                                          options.path + " or one that holds it): " + std::strerror(rc)};
-  }
+  // The data directory, and its parent as the kernel resolves it ("DIR/..", through any symlink).
+  // A failure there is fatal only where this start made the directory; EINVAL is a file system
+  // that cannot sync directories (nothing to be had there).
+  const bool made_data_dir = !made.empty();
+  auto sync = [&](const std::string& d, bool required) -> status {
+    int rc = sync_directory(d);
+    if (rc == 0) return {};
+    if (!required || rc == EINVAL) {
+      spdlog::warn("storage: cannot sync the directory {} (it holds the data directory {}): {}", d, options.path,
+                   std::strerror(rc));
+      return {};
+    }
+    return {status::code::io_error, "cannot sync the directory " + d + " (the data directory " + options.path +
+                                        " or one that holds it): " + std::strerror(rc)};
+  };
+  if (status s = sync(options.path, true); !s.ok()) return s;
+  if (status s = sync(options.path + "/..", made_data_dir); !s.ok()) return s;
+  for (const auto& d : made)  // outermost first; the data directory's own parent is done above
+    if (d.parent_path() != made.back().parent_path())
+      if (status s = sync(d.parent_path().string(), true); !s.ok()) return s;
   return {};
 }
 
@@ -563,28 +574,51 @@ status store::impl::alone_on_lock_file() {
 }
 
 // Reads the log position that LMDB's latest commit names, through a read-only environment opened
-// and closed before recovery (so before the probe, whose lock that close would drop). Left unknown
-// when that commit cannot be read: after a power cut its pages may be missing (one beyond the end
-// of the file is not even touched), which is why recovery goes back to the checkpoint.
+// and closed before recovery (so before the probe, whose lock that close would drop). That commit
+// is the one recovery distrusts: after a power cut its pages may be torn or missing, and reading a
+// page LMDB thinks is there but lies past the end of the file is a SIGBUS. So a child process
+// reads it and hands the position over a pipe; a child that dies leaves it unknown (the check is
+// then skipped, with a warning), and escrowd starts as it would without the check.
 void store::impl::read_latest_position(const lmdb_metas& metas, const std::string& data_file) {
   struct stat st {};
   if (::stat(data_file.c_str(), &st) != 0 ||
       (metas.latest_last_pgno + 1) * metas.page_size > static_cast<std::uint64_t>(st.st_size))
-    return;
-  MDB_env* e = nullptr;
-  if (mdb_env_create(&e) != 0) return;
-  MDB_txn* txn = nullptr;
-  MDB_dbi meta_dbi = 0;
-  MDB_val key = as_val(kLogPositionKey), value;
+    return;  // its pages reach past the file: certainly not whole
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return;
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::close(fds[0]);
+    MDB_env* e = nullptr;
+    MDB_txn* txn = nullptr;
+    MDB_dbi meta_dbi = 0;
+    MDB_val key = as_val(kLogPositionKey), value;
+    log_position at;
+    if (mdb_env_create(&e) == 0 && mdb_env_set_maxdbs(e, kTableCount + 2) == 0 &&
+        mdb_env_set_mapsize(e, options.map_size) == 0 &&
+        mdb_env_open(e, options.path.c_str(), MDB_RDONLY | MDB_NOTLS, 0600) == 0 &&
+        mdb_txn_begin(e, nullptr, MDB_RDONLY, &txn) == 0 &&
+        mdb_dbi_open(txn, table_name(table::meta), 0, &meta_dbi) == 0 &&
+        mdb_get(txn, meta_dbi, &key, &value) == 0 && log_position::decode(as_view(value), at)) {
+      std::string bytes = at.encode();
+      if (::write(fds[1], bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) _exit(2);
+    }
+    _exit(0);  // no destructor, no atexit handler: the child only read
+  }
+  ::close(fds[1]);
+  std::string bytes(24, '\0');
+  ssize_t n = child > 0 ? ::read(fds[0], bytes.data(), bytes.size()) : -1;
+  ::close(fds[0]);
+  int wstatus = 0;
+  if (child > 0) ::waitpid(child, &wstatus, 0);
   log_position at;
-  if (mdb_env_set_maxdbs(e, kTableCount + 2) == 0 && mdb_env_set_mapsize(e, options.map_size) == 0 &&
-      mdb_env_open(e, options.path.c_str(), MDB_RDONLY | MDB_NOTLS, 0600) == 0 &&
-      mdb_txn_begin(e, nullptr, MDB_RDONLY, &txn) == 0 &&
-      mdb_dbi_open(txn, table_name(table::meta), 0, &meta_dbi) == 0 &&
-      mdb_get(txn, meta_dbi, &key, &value) == 0 && log_position::decode(as_view(value), at))
+  if (n == static_cast<ssize_t>(bytes.size()) && log_position::decode(bytes, at)) {
     latest_position = at;
-  if (txn) mdb_txn_abort(txn);
-  mdb_env_close(e);
+  } else if (child > 0 && WIFSIGNALED(wstatus)) {
+    spdlog::warn("storage: LMDB's latest commit in {} could not be read (signal {}: its pages are torn); "
+                 "recovery goes back to the checkpoint without checking how far the log reaches",
+                 options.path, WTERMSIG(wstatus));
+  }
 }
 
 // A replay must reach the lap of the ring that LMDB's latest commit is in: that commit's record
@@ -715,6 +749,24 @@ status store::impl::start_log() {
 // can see it: pages freed after the checkpoint's commit wait for the next checkpoint (its pin is
 // the oldest reader), and meanwhile a write takes new pages at the end of the file, from the
 // disk. So only the free list's entries from before the pinned commit count as room.
+// The snapshot of the oldest reader, in this process or another (a hot backup, a scan, an escrow
+// check on the live store): LMDB reuses only pages freed before it. No better interface than
+// mdb_reader_list's text exists in LMDB 0.9: one line per reader slot, "pid thread txnid", with
+// "-" for a slot not in a transaction.
+std::uint64_t store::impl::oldest_reader() const {
+  std::uint64_t oldest = pinned_txnid.load(std::memory_order_relaxed);
+  mdb_reader_list(
+      env,
+      [](const char* line, void* ctx) {
+        auto* out = static_cast<std::uint64_t*>(ctx);
+        unsigned long long txnid = 0;
+        if (std::sscanf(line, "%*d %*x %llu", &txnid) == 1 && txnid < *out) *out = txnid;
+        return 0;
+      },
+      &oldest);
+  return oldest;
+}
+
 void store::impl::measure_room() const {
   std::uint64_t used_pages = 2, free_pages = 0;
   MDB_envinfo info{};
@@ -733,7 +785,7 @@ void store::impl::measure_room() const {
     // The free list: key the id of the commit that freed the pages, value their count and numbers.
     MDB_cursor* cursor = nullptr;
     if (mdb_cursor_open(txn, 0, &cursor) == 0) {
-      const std::uint64_t oldest = pinned_txnid.load(std::memory_order_relaxed);
+      const std::uint64_t oldest = oldest_reader();
       MDB_val k, v;
       while (mdb_cursor_get(cursor, &k, &v, MDB_NEXT) == 0 && k.mv_size == sizeof(std::size_t) &&
              v.mv_size >= sizeof(std::size_t)) {
@@ -1152,9 +1204,10 @@ void store::impl::maybe_checkpoint() {
     return;
   }
   auto now = std::chrono::steady_clock::now();
-  // While writes are refused for room, at once: the pages that acknowledgements free become
-  // reusable only once a checkpoint moves the pin past them (measure_room).
-  if (refusing || now - last_checkpoint_at >= std::chrono::milliseconds(options.checkpoint_interval_ms) ||
+  // While writes or sends are refused for room, at once: the pages that acknowledgements free
+  // become reusable only once a checkpoint moves the pin past them (measure_room).
+  if (refusing || short_of_room.exchange(false, std::memory_order_relaxed) ||
+      now - last_checkpoint_at >= std::chrono::milliseconds(options.checkpoint_interval_ms) ||
       log->since_checkpoint() >= options.log_size / 4)
     start_checkpoint();
 }
@@ -1243,11 +1296,12 @@ void store::impl::fail_for_good(const status& why, std::vector<pending_batch>& g
     if (!p.work.empty()) p.result = s;
 }
 
-// Whether LMDB still takes transactions after a refused commit: a failed write of a meta page
-// marks the environment unusable (MDB_PANIC from then on), a failed write of other pages does not.
+// Whether LMDB still takes write transactions after a refused commit: a failed write of a meta
+// page marks the environment unusable (MDB_PANIC from then on), a failed write of other pages
+// does not. A write transaction (the committer's own) needs no reader slot.
 bool store::impl::environment_usable() {
   MDB_txn* txn = nullptr;
-  int rc = mdb_txn_begin(env, nullptr, MDB_RDONLY, &txn);
+  int rc = mdb_txn_begin(env, nullptr, 0, &txn);
   if (txn) mdb_txn_abort(txn);
   return rc == 0;
 }
@@ -1645,14 +1699,16 @@ status store::send_room(bool measure_now) const {
   const impl& m = *impl_;
   std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                          std::chrono::steady_clock::now().time_since_epoch()).count();
-  // Near the disk floor the room is measured at every call: a burst of SENDs within one 10 ms
-  // interval could otherwise take the disk past the floor, to its last byte, where nothing (not
-  // even an ACK, whose pages need room too) can be written.
+  // Near the disk floor the room is measured every millisecond (and what is in flight counts,
+  // below): a burst of SENDs within one 10 ms interval could otherwise take the disk past the
+  // floor, to its last byte, where nothing (not even an ACK, whose pages need room too) can be
+  // written.
   const std::uint64_t floor = m.options.min_free_disk;
   const bool near_floor = floor != 0 && m.disk_free.load(std::memory_order_relaxed) +
                                                 m.reusable_bytes.load(std::memory_order_relaxed) <
                                             2 * floor + impl::kNearFloorBytes;
-  if (measure_now || near_floor || now - m.room_checked_ns.load(std::memory_order_relaxed) >= impl::kRoomCheckNs) {
+  const std::int64_t every = near_floor ? impl::kRoomCheckNearNs : impl::kRoomCheckNs;
+  if (measure_now || now - m.room_checked_ns.load(std::memory_order_relaxed) >= every) {
     std::unique_lock lock(m.room_mutex, std::defer_lock);
     if (measure_now) {
       lock.lock();
@@ -1674,11 +1730,13 @@ status store::send_room(bool measure_now) const {
   // What is submitted and not yet written will take room too: twice its bytes (LMDB's pages are
   // written whole, and copied on write), so that the floor holds under a burst.
   room -= std::min(room, 2 * m.queued_bytes.load(std::memory_order_relaxed));
-  if (m.options.min_free_disk != 0 && room < m.options.min_free_disk)
+  if (m.options.min_free_disk != 0 && room < m.options.min_free_disk) {
+    m.short_of_room.store(true, std::memory_order_relaxed);
     return {status::code::store_full, "store full: the disk holding " + m.options.path + " has " + mib(room) +
                                           " free for the store, below storage.min-free-disk (" +
                                           mib(m.options.min_free_disk) +
                                           "); free disk space or consume messages. Sends resume by themselves"};
+  }
   return {};
 }
 

@@ -54,11 +54,12 @@ def calls(trace):
 
 
 def synced_directories(events):
-    """Paths of directories opened with O_DIRECTORY whose descriptor was then fsynced, in order."""
+    """Paths of directories opened with O_DIRECTORY whose descriptor was then fsynced, in order,
+    resolved as the kernel resolved them (escrowd opens "DIR/.." for the parent DIR names)."""
     open_dirs, synced = {}, []
     for name, args, result in events:
         if name == "openat" and "O_DIRECTORY" in args and result >= 0:
-            open_dirs[result] = args.split('"')[1]
+            open_dirs[result] = os.path.realpath(args.split('"')[1])
         elif name == "fsync" and result == 0:
             fd = int(args)
             if fd in open_dirs:
