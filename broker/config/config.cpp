@@ -282,9 +282,11 @@ toml_keys admin_keys(broker_config& config) {
 }
 
 toml_keys heartbeat_keys(broker_config& config) {
-  return {{"send-ms", unsigned_field(config.heartbeat_send_ms)},
-          {"receive-ms", unsigned_field(config.heartbeat_receive_ms)},
-          {"grace-ms", unsigned_field(config.heartbeat_grace_ms)}};
+  constexpr std::uint64_t kDay = 86'400'000;  // keeps every deadline far from the clock's range
+  return {{"send-ms", unsigned_field(config.heartbeat_send_ms, 0, kDay)},
+          {"receive-ms", unsigned_field(config.heartbeat_receive_ms, 0, kDay)},
+          {"grace-ms", unsigned_field(config.heartbeat_grace_ms, 0, kDay)},
+          {"max-ms", unsigned_field(config.heartbeat_max_ms, 1, kDay)}};
 }
 
 // Applies a parsed file over `config`; `path` names it in errors.

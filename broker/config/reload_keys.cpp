@@ -20,7 +20,7 @@ bool same(const C& a, const C& b) {
 }
 bool same_heartbeat(const C& a, const C& b) {
   return a.heartbeat_send_ms == b.heartbeat_send_ms && a.heartbeat_receive_ms == b.heartbeat_receive_ms &&
-         a.heartbeat_grace_ms == b.heartbeat_grace_ms;
+         a.heartbeat_grace_ms == b.heartbeat_grace_ms && a.heartbeat_max_ms == b.heartbeat_max_ms;
 }
 bool same_tls_listeners(const C& a, const C& b) {
   auto files_and_form = [](const tls_listener_config& x) {  // not where each key was set

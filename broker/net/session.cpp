@@ -202,7 +202,9 @@ bool basic_session<Stream>::on_connect(const frame& f) {
       fail("invalid heart-beat header '" + *hb + "': use two non-negative integers, e.g. 10000,10000", std::nullopt);
       return false;
     }
-    std::tie(client_send, client_receive) = *parsed;
+    // Clamped, so that no deadline computed from them leaves the clock's range.
+    client_send = std::min(parsed->first, config_.heartbeat_max_ms);
+    client_receive = std::min(parsed->second, config_.heartbeat_max_ms);
   }
   parser_.set_version(*chosen);
   connected_ = true;

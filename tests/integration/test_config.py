@@ -30,8 +30,12 @@ def test_help_lists_the_options(tmp_path):
     ("listen = \"127.0.0.1:0\"\n", 1, "listen"),
     ("listen = [\"nocolon\"]\n", 1, "listen"),
     ("\n\n[limits\nmax-frame-size = 1\n", 3, ""),  # TOML syntax error
+    ("[heartbeat]\nmax-ms = 0\n", 2, "max-ms"),
+    ("[heartbeat]\nmax-ms = 86400001\n", 2, "max-ms"),
+    ("[heartbeat]\ngrace-ms = 86400001\n", 2, "grace-ms"),
 ], ids=["unknown-top-level", "unknown-in-section", "wrong-type", "negative", "unknown-section",
-        "listen-not-array", "listen-bad-address", "syntax-error"])
+        "listen-not-array", "listen-bad-address", "syntax-error", "heartbeat-max-0", "heartbeat-max-over-a-day",
+        "heartbeat-grace-over-a-day"])
 def test_bad_config_exits_2_naming_file_and_line(tmp_path, text, line, needle):
     path = tmp_path / "bad.toml"
     path.write_text(text)

@@ -2,6 +2,7 @@
 client that promised heart-beats and went silent, and returns that client's unacknowledged
 messages to the queue."""
 
+import os
 import time
 
 from conftest import SLOW, TIMEOUT, frame_bytes, unique
@@ -180,3 +181,43 @@ def test_stomp_py_client_with_heart_beats_stays_connected(broker_factory, stomp_
     assert not c.listener.disconnected
     # The server's EOLs reached stomp.py (three or so by now; waited for, not counted in a window).
     c.listener.wait_for(lambda: c.listener.heartbeats >= 2, TIMEOUT, "two heart-beats from escrowd")
+
+
+def cpu_seconds(pid):
+    """User + system CPU of process `pid` so far (/proc/PID/stat, fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_huge_heart_beat_values_are_clamped_not_overflowed(broker, raw):
+    # heart-beat:0,10000000000000 once overflowed the writer's timer (EOLs without pause), and
+    # 9223372035854,0 the watchdog's deadline (re-armed at once, forever): one connection burned a
+    # core. Values above heartbeat.max-ms (an hour) now count as an hour.
+    flood = raw(broker)
+    connect(flood, "0,10000000000000")
+    spin = raw(broker)
+    connect(spin, "9223372035854,0")
+    before = cpu_seconds(broker.proc.pid)
+    flood.eols.clear()
+    assert flood.pump(1.0) == [] and spin.pump(0.01) == []
+    used = cpu_seconds(broker.proc.pid) - before
+    assert len(flood.eols) <= 1, f"{len(flood.eols)} heart-beat EOLs in a second, asked for one an hour"
+    # Idle, escrowd takes a few milliseconds of CPU a second; a spinning timer takes the whole second.
+    assert used < 0.5, f"escrowd used {used:.2f} s of CPU in a second with two idle connections"
+    # Both connections still work.
+    for s in (flood, spin):
+        s.send(frame_bytes("SEND", [("destination", f"/queue/{unique('hb')}"), ("receipt", "r")], "x"))
+        assert s.read_frame().command == "RECEIPT"
+
+
+def test_heart_beat_max_ms_at_its_edge(broker_factory, raw):
+    # A client value at heartbeat.max-ms is taken as it is, one above counts as max-ms: with max-ms
+    # 300 and a client that wants a heart-beat every 100000 ms, the server sends one every 300 ms.
+    b = broker_factory(config=FAST + "max-ms = 300\n")
+    for asked in ("0,300", "0,100000"):
+        s = raw(b)
+        connect(s, asked)
+        gaps = next_eols(s, 3)
+        assert all(0.2 < g < 0.3 + 0.5 * SLOW for g in gaps), (asked, gaps)
+        s.close()

@@ -113,6 +113,9 @@ struct broker_config {
   std::uint64_t heartbeat_send_ms = 1000;
   std::uint64_t heartbeat_receive_ms = 1000;
   std::uint64_t heartbeat_grace_ms = 1000;  // extra silence tolerated beyond the interval
+  // A client's heart-beat values above this count as this (an hour): larger ones overflowed the
+  // timers (a deadline in the past re-armed forever, EOLs written without pause).
+  std::uint64_t heartbeat_max_ms = 3'600'000;
 
   // TLS listeners ([[tls-listener]]), next to the plain ones in `listen`; none by default.
   std::vector<tls_listener_config> tls_listeners;
