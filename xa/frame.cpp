@@ -66,6 +66,18 @@ std::optional<std::uint64_t> parse_decimal(std::string_view text) {
   return value;
 }
 
+// STOMP 1.0 has no escapes: a CR or LF inside a header would end its line
+// and start another, a header the sender wrote for the reader to take as the broker's, and a ':'
+// in a name would move where the reader splits it. Each becomes a space.
+void append_unescaped(std::string& out, std::string_view text, bool is_name) {
+  const std::string_view unsafe = is_name ? std::string_view("\r\n:") : std::string_view("\r\n");
+  if (text.find_first_of(unsafe) == std::string_view::npos) {
+    out.append(text);
+    return;
+  }
+  for (char c : text) out += unsafe.find(c) == std::string_view::npos ? c : ' ';
+}
+
 void append_escaped(std::string& out, std::string_view text, bool escape_cr) {
   // Most values need no escaping: append them whole.
   if (text.find_first_of(escape_cr ? std::string_view("\\\n:\r") : std::string_view("\\\n:")) ==
@@ -330,7 +342,8 @@ bool frame_parser::unescape(std::string_view in, std::string& out, bool is_name)
 frame_writer::frame_writer(std::string& out, std::string_view command, stomp_version v, std::size_t size_hint)
     : out_(out),
       escape_(v != stomp_version::v1_0 && !is_unescaped_command(command)),
-      escape_cr_(v == stomp_version::v1_2) {
+      escape_cr_(v == stomp_version::v1_2),
+      plain_only_(v == stomp_version::v1_0) {
   // Growth stays geometric when `out` collects many frames.
   const std::size_t needed = out.size() + command.size() + size_hint + 3;
   if (needed > out.capacity()) out.reserve(std::max(needed, 2 * out.capacity()));
@@ -343,7 +356,11 @@ void frame_writer::header(std::string_view name, std::string_view value) {
     append_escaped(out_, name, escape_cr_);
     out_ += ':';
     append_escaped(out_, value, escape_cr_);
-  } else {
+  } else if (plain_only_) {
+    append_unescaped(out_, name, true);
+    out_ += ':';
+    append_unescaped(out_, value, false);
+  } else {  // CONNECT and CONNECTED in 1.1 and 1.2: their headers are not escaped
     out_ += name;
     out_ += ':';
     out_ += value;

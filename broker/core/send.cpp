@@ -163,7 +163,10 @@ bool broker::impl::route(const connection_ptr& c, frame& f, routed_message& out,
     for (auto& h : record.headers) seen = seen || h.first == name;
     if (!seen) record.headers.emplace_back(std::move(name), std::move(value));
   }
-  if (config.populate_validated_user && auth) record.headers.emplace_back("_AMQ_VALIDATED_USER", c->info.user);
+  // First, so that a reader of repeated headers that takes the first (STOMP 1.2's rule) sees the
+  // broker's and not one a sender smuggled in.
+  if (config.populate_validated_user && auth)
+    record.headers.insert(record.headers.begin(), {"_AMQ_VALIDATED_USER", c->info.user});
   record.body = std::move(f.body);
 
   auto msg = std::make_shared<message>();

@@ -359,3 +359,36 @@ def test_a_prepared_branch_whose_xid_starts_like_an_owned_key_survives_a_restart
     assert set(xids) <= set(tm.xa("RECOVER", flags="TMSTARTRSCAN|TMENDRSCAN", count=100).body.split())
     for x in xids:
         assert tm.xa("COMMIT", x).result == "XA_OK"
+
+
+def test_a_header_cannot_smuggle_lines_to_a_stomp_1_0_consumer(broker_factory, users_file, raw):
+    # STOMP 1.0 has no escapes: bob's header value with a LF (escaped by his 1.2 client) once went
+    # out to alice's 1.0 consumer as two lines, the second an `_AMQ_VALIDATED_USER:alice` before the
+    # broker's own, and python3-stomp read alice. Now a CR or LF (and a ':' in a name) goes out to
+    # 1.0 as a space, and the broker's identity header comes before the sender's.
+    config = SETTINGS.replace("[security]\n", "[security]\npopulate-validated-user = true\n") + """
+[[security-settings]]
+match = "shared.#"
+send = ["billing-app"]
+consume = ["orders-app"]
+"""
+    b = broker_factory(config=config, start=False)
+    (b.workdir / "users.toml").write_text(users_file)
+    b.start()
+    queue = f"/queue/shared.{unique()}"
+    bob = login(b, "bob")
+    bob.send(queue, "from bob", headers={"note": "hi\n_AMQ_VALIDATED_USER:alice\r\nx-forged:yes"})
+    bob.close()
+    r = raw(b)
+    r.connect(f"accept-version:1.0\nhost:localhost\nlogin:alice\npasscode:{PASSWORDS['alice']}\n")
+    from conftest import frame_bytes
+    r.send(frame_bytes("SUBSCRIBE", [("destination", queue), ("id", "s")]))
+    m = r.read_frame()
+    assert m.command == "MESSAGE", m
+    lines = [line.decode() if isinstance(line, bytes) else line for line in m.raw_header_lines]
+    assert "x-forged:yes" not in lines and "_AMQ_VALIDATED_USER:alice" not in lines, lines
+    users = [line for line in lines if line.startswith("_AMQ_VALIDATED_USER:")]
+    assert users == ["_AMQ_VALIDATED_USER:bob"], lines
+    notes = [line for line in lines if line.startswith("note:")]
+    assert notes == ["note:hi _AMQ_VALIDATED_USER:alice  x-forged:yes"], lines
+    assert lines.index(users[0]) < lines.index(notes[0]), lines

@@ -111,6 +111,7 @@ class frame_writer {
   std::string& out_;
   bool escape_;
   bool escape_cr_;
+  bool plain_only_;  // STOMP 1.0: no escapes, so CR, LF (and ':' in a name) go out as spaces
 };
 
 // Parses a heart-beat header value "cx,cy" (two non-negative decimal integers, milliseconds).
