@@ -1306,9 +1306,11 @@ bool store::impl::environment_usable() {
   return rc == 0;
 }
 
-// The status of a group whose commit LMDB refused without harm: store_full when the disk is
-// (nearly) full, as a short write there usually means; else the error, and writes go on.
+// The status of a group whose commit LMDB refused without harm: store_full for a full map or
+// disk, and for a failed page write when the disk is (nearly) full, as a short write there
+// usually means; else the error, and writes go on.
 status store::impl::refused_write(int rc) const {
+  if (rc == ENOSPC || rc == EDQUOT || rc == MDB_MAP_FULL) return from_lmdb(rc, "store full: batch not stored");
   measure_room();
   std::uint64_t room = disk_free.load(std::memory_order_relaxed);
   if (rc == EIO && room < std::max<std::uint64_t>(options.min_free_disk, 1ull << 20))
@@ -1369,21 +1371,14 @@ void store::impl::run_committer() {
       std::uint64_t applied = 0;
       int rc = write_group(group, applied);
       if (rc == 0 && !log_record) rc = checkpoint_now() == 0 ? 0 : kCheckpointFailed;  // too large for the log
-      if (rc == ENOSPC || rc == EDQUOT || rc == MDB_MAP_FULL) {
-        // A full map, or a full disk met before anything was written: nothing of the group is on
-        // disk and the environment is intact, so each batch is refused as store_full and writes
-        // go on.
-        status s = from_lmdb(rc, "store full: batch not stored");
-        if (!refusing) spdlog::error("storage: {}; refusing writes until there is room", s.message());
-        refusing = true;
-        for (auto& p : group)
-          if (!p.work.empty()) p.result = s;
-      } else if (rc != 0 && rc != kCheckpointFailed && environment_usable()) {
-        // A write of LMDB's pages refused (EIO from a short write, often a full disk) under
-        // MDB_NOSYNC: LMDB aborted the transaction, nothing of it was reported, and no sync
-        // failed, so nothing the kernel may have dropped is relied on. That group only.
+      const bool full = rc == ENOSPC || rc == EDQUOT || rc == MDB_MAP_FULL;
+      if (full || (rc != 0 && rc != kCheckpointFailed && environment_usable())) {
+        // A full map, a full disk, or a write of LMDB's pages refused (EIO from a short write,
+        // often a full disk) under MDB_NOSYNC: LMDB aborted the transaction, nothing of it was
+        // reported, and no sync failed, so nothing the kernel may have dropped is relied on. That
+        // group is refused and writes go on.
         status s = refused_write(rc);
-        if (!refusing) spdlog::error("storage: {}; refusing writes until they succeed", s.message());
+        if (!refusing) spdlog::error("storage: {}; refusing writes until there is room", s.message());
         refusing = true;
         for (auto& p : group)
           if (!p.work.empty()) p.result = s;
