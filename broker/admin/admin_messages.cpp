@@ -159,6 +159,9 @@ void admin_move(admin_core& core, const frame& f, admin_done done) {
   std::optional<queue_view> from = core.find_queue(from_name);
   if (!from) return done(not_found(from_name));
   std::string destination = destination_named(to_name);
+  if (destination.rfind("/queue/", 0) == 0)  // a move may create its target
+    if (auto problem = queue_name_problem(std::string_view(destination).substr(7)))
+      return done({"invalid", "cannot move to '" + loggable(to_name) + "': " + *problem, {}});
   if (destination == "/queue/" + from->name)
     return done({"invalid", "move from " + from_name + " to itself: name another queue", {}});
   if (auto busy = sweep_running(core, *from)) return done(std::move(*busy));

@@ -262,7 +262,7 @@ void broker::impl::handle_admin(const connection_ptr& c, const frame& f) {
   // Permissions (docs/security.md), before anything is looked up: browsing a queue needs browse on
   // its address (or admin); every other command admin on the broker.
   if (command == "browse") {
-    if (!holds_globally(*c, permission::admin) && !permitted(*c, permission::browse, f.get("name"), &f)) return;
+    if (!may_browse(*c, f)) return;
   } else if (!permitted_globally(*c, permission::admin, &f)) {
     return;
   }
@@ -282,7 +282,33 @@ void broker::impl::handle_admin(const connection_ptr& c, const frame& f) {
   admin(*admin_view, c->id, f, std::move(done));
 }
 
+// Browsing a queue needs browse on its address. A durable subscription's messages are its
+// owner's: browse on its topic, and the owner's login (docs/security.md, "Tenants"); another
+// user's, or a name with '@' that is none of the caller's, reads as a denial on that name whether
+// or not it exists. An operator (admin) browses everything.
+bool broker::impl::may_browse(connection& c, const frame& f) {
+  if (holds_globally(c, permission::admin)) return true;
+  std::string_view name = f.get("name");
+  queue_ptr q = find_by_name(name);
+  if (q && q->type() == queue::kind::durable_subscription) {
+    auto d = parse_durable_key(q->storage_key);
+    if (d && (d->owner.empty() || d->owner == c.info.user)) return permitted(c, permission::browse, q->topic(), &f);
+  } else if (q || name.find('@') == std::string_view::npos) {
+    return permitted(c, permission::browse, name, &f);
+  }
+  error(c, "permission denied: " + who(c) + " lacks the browse permission on '" + std::string(name) +
+               "': a durable subscription is browsed by its owner (with browse on its topic) and by operators",
+        &f);
+  return false;
+}
+
+// A name with '@' is a durable subscription's (CLIENT-ID.NAME@USER) before it is a queue's (only
+// an older version let a queue's name hold '@'), so no queue stands in front of a subscription.
 queue_ptr broker::impl::find_by_name(std::string_view name) const {
+  bool subscription_first = name.find('@') != std::string_view::npos;
+  if (subscription_first)
+    for (const auto& [key, q] : topology.queues)
+      if (q->type() == queue::kind::durable_subscription && q->name() == name) return q;
   auto it = topology.queues.find("q/" + std::string(name));
   if (it != topology.queues.end()) return it->second;
   for (const auto& [key, q] : topology.queues)

@@ -111,6 +111,8 @@ struct broker::impl {
   // The same for operations on the broker as a whole (XA-RECOVER, XA-HEURISTIC, ADMIN): `p`
   // granted by the [[security-settings]] table whose match is "#".
   bool permitted_globally(connection& c, permission p, const frame* request);
+  // ADMIN browse of the queue `f` names (admin_core.cpp); if not allowed, ERROR as permitted().
+  bool may_browse(connection& c, const frame& f);
   // A new connection: false (after an ERROR) when its user has limits.max-connections-per-user.
   bool admit(connection& c);
   void release(connection& c);  // the connection is gone

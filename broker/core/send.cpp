@@ -141,6 +141,9 @@ bool broker::impl::route(const connection_ptr& c, frame& f, routed_message& out,
   if (is_destination(*destination))
     if (auto problem = name_problem(destination->substr(kQueuePrefix.size())))
       return error(*c, "invalid destination '" + loggable(*destination) + "': " + *problem, &f), false;
+  if (destination->rfind(kQueuePrefix, 0) == 0)
+    if (auto problem = queue_name_problem(destination->substr(kQueuePrefix.size())))
+      return error(*c, "invalid destination '" + loggable(*destination) + "': " + *problem, &f), false;
   if (is_destination(*destination) && !permitted(*c, permission::send, destination->substr(kQueuePrefix.size()), &f))
     return false;
   if (destination->rfind(kQueuePrefix, 0) == 0 && !may_create_queue(*c, "q/" + destination->substr(kQueuePrefix.size()), &f))

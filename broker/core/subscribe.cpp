@@ -109,6 +109,9 @@ queue_ptr broker::impl::subscription_source(const connection_ptr& c, const frame
   std::string name(dest.substr(7));
   if (auto problem = name_problem(name))
     return error(*c, "invalid destination '" + loggable(dest) + "': " + *problem, &f), nullptr;
+  if (is_queue)
+    if (auto problem = queue_name_problem(name))
+      return error(*c, "invalid destination '" + loggable(dest) + "': " + *problem, &f), nullptr;
   const std::string* durable = durable_name(f);
   if (durable)
     if (auto problem = name_problem(*durable))

@@ -54,6 +54,13 @@ std::optional<std::string> name_problem(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<std::string> queue_name_problem(std::string_view name) {
+  auto at = name.find('@');
+  if (at == std::string_view::npos) return std::nullopt;
+  return fmt::format("it contains '@' at byte {}, which only the names of durable subscriptions hold "
+                     "(CLIENT-ID.NAME@USER): name the queue without it", at);
+}
+
 std::string loggable(std::string_view text) {
   std::string out;
   out.reserve(text.size());

@@ -21,6 +21,12 @@ bool is_utf8(std::string_view text);
 // nullopt when it can.
 std::optional<std::string> name_problem(std::string_view name);
 
+// Why `name` cannot name a queue: it holds '@', which only the names of durable subscriptions hold
+// (CLIENT-ID.NAME@USER, broker/core/durable_name.h), so that no queue can pass for, or stand in
+// front of, a user's subscription in escrow browse, purge and move (docs/security.md, "Tenants");
+// nullopt when it can. On top of name_problem, which every name passes.
+std::optional<std::string> queue_name_problem(std::string_view name);
+
 // `text` for a log line: control characters, invalid UTF-8 and the characters name_problem
 // refuses written as \n, \t, \xHH or \u{HHHH}, and backslashes doubled, so that a client cannot
 // write a line of its own into the log.

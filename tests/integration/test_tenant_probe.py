@@ -1,0 +1,91 @@
+"""Issue 23's low findings, each an attack of one tenant on another (or on the operator) through a
+real escrowd, that worked before its fix (docs/security.md, "Tenants"): users alice (orders.#),
+bob (billing.#) and ops (admin), as in test_tenants.py."""
+
+import json
+import re
+
+import pytest
+
+from conftest import frame_bytes, unique
+from test_security import escrow_cli
+from test_tenants import PASSWORDS, SETTINGS, login, users_file  # noqa: F401 (users_file: a fixture)
+
+OPS = dict(user="ops", password=PASSWORDS["ops"])
+
+# Both tenants may browse their own addresses, as an application's operator would.
+BROWSE_SETTINGS = SETTINGS.replace('create-durable-subscription = ["orders-app"]\n',
+                                   'create-durable-subscription = ["orders-app"]\nbrowse = ["orders-app"]\n') \
+                          .replace('create-durable-subscription = ["billing-app"]\n',
+                                   'create-durable-subscription = ["billing-app"]\nbrowse = ["billing-app"]\n')
+
+
+def secured(broker_factory, users, config=BROWSE_SETTINGS):
+    b = broker_factory(config=config, start=False)
+    (b.workdir / "users.toml").write_text(users)
+    b.start()
+    return b
+
+
+def bob_billing_subscription(b, client_id="orders", name="billing"):
+    """Bob's durable subscription CLIENT-ID.NAME@bob on a billing topic, holding one stored message;
+    returns its display name."""
+    topic = f"/topic/billing.{unique()}"
+    bob = login(b, "bob", **{"client-id": client_id})
+    sub = bob.subscribe(topic, headers={"durable-subscription-name": name})
+    bob.unsubscribe(sub)  # the consumer goes, the subscription and its messages stay
+    bob.send(topic, "bob's invoice 4711")
+    bob.disconnect()
+    return f"{client_id}.{name}@bob"
+
+
+# -- N9: browse by display name ---------------------------------------------------------------------
+
+def test_n9_browse_of_another_users_durable_subscription_is_refused(broker_factory, users_file):
+    # Bob's client-id `orders` made his subscription's name `orders.billing@bob`, which alice's
+    # browse on orders.# once matched: she read his invoice.
+    b = secured(broker_factory, users_file)
+    name = bob_billing_subscription(b)
+    r = escrow_cli(b, "--json", "browse", name, user="alice", password=PASSWORDS["alice"])
+    assert "bob's invoice" not in r.stdout, r.stdout
+    assert r.returncode != 0 and f"user 'alice' lacks the browse permission on '{name}'" in r.stderr, r.stderr
+    # A name of the same form that exists nowhere reads the same.
+    r = escrow_cli(b, "browse", "orders.nothing@bob", user="alice", password=PASSWORDS["alice"])
+    assert r.returncode != 0 and "lacks the browse permission on 'orders.nothing@bob'" in r.stderr, r.stderr
+    # Its owner browses it with browse on its topic (billing.#), and so does an operator.
+    for who, password in [("bob", PASSWORDS["bob"]), ("ops", PASSWORDS["ops"])]:
+        r = escrow_cli(b, "--json", "browse", name, user=who, password=password)
+        assert r.returncode == 0, (who, r.stderr)
+        assert [m["body"] for m in json.loads(r.stdout)["messages"]] == ["bob's invoice 4711"], r.stdout
+
+
+@pytest.mark.parametrize("command", ["SEND", "SUBSCRIBE"])
+def test_n9_a_queue_name_with_an_at_sign_is_refused(broker_factory, users_file, raw, command):
+    # Alice's queue `orders.billing@bob` once stood in front of bob's subscription of that name:
+    # the operator's purge emptied hers and left his.
+    b = secured(broker_factory, users_file)
+    r = raw(b)
+    r.connect(f"accept-version:1.2\nhost:localhost\nlogin:alice\npasscode:{PASSWORDS['alice']}\n")
+    r.send(frame_bytes(command, [("destination", "/queue/orders.billing@bob"), ("id", "1"), ("receipt", "r")], "x"))
+    frames = r.read_until_closed()
+    assert frames and frames[0].command == "ERROR", frames
+    assert re.search(r"invalid destination '/queue/orders\.billing@bob': it contains '@' at byte 14, which only "
+                     r"the names of durable subscriptions hold", frames[0].headers["message"]), frames[0].headers
+    listed = json.loads(escrow_cli(b, "--json", "queues", **OPS).stdout)
+    assert not [q for q in listed["queues"] if q["name"] == "orders.billing@bob"], listed
+
+
+def test_n9_purge_and_move_reach_the_subscription_not_a_look_alike_queue(broker_factory, users_file):
+    b = secured(broker_factory, users_file)
+    name = bob_billing_subscription(b)
+    alice = login(b, "alice")
+    alice.conn.send(f"/queue/{name}", "alice's decoy", headers={"receipt": "decoy"})
+    assert "'@'" in alice.wait_error().headers["message"]
+    # move may not make a queue of that name either.
+    r = escrow_cli(b, "move", "--from", name, "--to", "orders.copy@bob", **OPS)
+    assert r.returncode != 0 and "cannot move to 'orders.copy@bob': it contains '@'" in r.stderr, r.stderr
+    r = escrow_cli(b, "--json", "purge", "--yes", name, **OPS)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["purged"] == 1, r.stdout
+    r = escrow_cli(b, "--json", "browse", name, user="bob", password=PASSWORDS["bob"])
+    assert json.loads(r.stdout)["messages"] == [], r.stdout
