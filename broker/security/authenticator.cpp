@@ -25,26 +25,27 @@ constexpr std::size_t kMaxRemembered = 100000;    // successful logins remembere
 const char* const kRefused = "login refused: unknown user or wrong passcode";
 
 // A hash that no password matches (its key is all zeros, its salt random) and that costs what the
-// users' own hashes cost: the iteration count most of them use.
+// dearest of the users' own hashes costs, so that no user's check takes longer than an unknown
+// name's: a user's existence does not show in the time of a refusal (docs/security.md). It is made
+// at each load of the users file (start and SIGHUP), which is also when hashes cheaper than the
+// default are warned about: their users' refusals come faster, and a stolen file is guessed faster.
 std::string make_dummy_hash(const users_table* users) {
-  std::map<std::uint32_t, std::size_t> counts;
+  std::uint32_t iterations = 0;
+  std::size_t weak = 0;
+  std::string named;  // the first few weak ones
   if (users)
     for (const auto& [name, u] : users->by_name) {
-      std::string_view h = u.password_hash;
-      auto first = h.find(':');
-      auto second = first == std::string_view::npos ? first : h.find(':', first + 1);
-      std::uint32_t n = 0;
-      if (second != std::string_view::npos &&
-          std::from_chars(h.data() + first + 1, h.data() + second, n).ec == std::errc())
-        counts[n]++;
+      std::uint32_t n = password_hash_iterations(u.password_hash);
+      iterations = std::max(iterations, n);
+      if (n == 0 || n >= kDefaultPasswordIterations || ++weak > 10) continue;
+      named += (named.empty() ? "'" : ", '") + loggable(name) + "' (" + std::to_string(n) + ")";
     }
-  std::uint32_t iterations = kDefaultPasswordIterations;
-  std::size_t best = 0;
-  for (const auto& [n, count] : counts)
-    if (count > best) {
-      best = count;
-      iterations = n;
-    }
+  if (weak > 0)
+    spdlog::warn("users file: {} user(s) have password hashes of fewer than {} iterations: {}{}. Their logins are "
+                 "refused faster than others' (which tells that they exist) and their passwords are cheaper to "
+                 "guess from a copy of the file: make their hashes again with escrowd --hash-password",
+                 weak, kDefaultPasswordIterations, named, weak > 10 ? ", ..." : "");
+  if (iterations == 0) iterations = kDefaultPasswordIterations;  // no passwords: certificates only
   unsigned char salt[16];
   if (RAND_bytes(salt, sizeof salt) != 1) throw std::runtime_error("RAND_bytes failed");
   return "pbkdf2-sha256:" + std::to_string(iterations) + ":" + hex::encode(salt, sizeof salt) + ":" + std::string(64, '0');

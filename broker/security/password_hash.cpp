@@ -75,6 +75,11 @@ std::string check_password_hash(std::string_view stored) {
   return parse(stored, h);
 }
 
+std::uint32_t password_hash_iterations(std::string_view stored) {
+  parsed_hash h;
+  return parse(stored, h).empty() ? h.iterations : 0;
+}
+
 bool verify_password(std::string_view password, std::string_view stored) {
   parsed_hash h;
   if (!parse(stored, h).empty()) return false;

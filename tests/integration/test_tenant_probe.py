@@ -4,6 +4,8 @@ bob (billing.#) and ops (admin), as in test_tenants.py."""
 
 import json
 import re
+import signal
+import time
 
 import pytest
 
@@ -12,6 +14,13 @@ from test_security import escrow_cli
 from test_tenants import PASSWORDS, SETTINGS, login, users_file  # noqa: F401 (users_file: a fixture)
 
 OPS = dict(user="ops", password=PASSWORDS["ops"])
+
+
+def wait_for(condition, what, broker, timeout=15):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s:\n{broker.log}"
+        time.sleep(0.02)
 
 # Both tenants may browse their own addresses, as an application's operator would.
 BROWSE_SETTINGS = SETTINGS.replace('create-durable-subscription = ["orders-app"]\n',
@@ -89,3 +98,56 @@ def test_n9_purge_and_move_reach_the_subscription_not_a_look_alike_queue(broker_
     assert json.loads(r.stdout)["purged"] == 1, r.stdout
     r = escrow_cli(b, "--json", "browse", name, user="bob", password=PASSWORDS["bob"])
     assert json.loads(r.stdout)["messages"] == [], r.stdout
+
+
+# -- N14: the dummy hash's cost ---------------------------------------------------------------------
+
+def weak_hash(password, iterations=10000):
+    """A users-file hash of `password` at `iterations` (the least a users file takes is 10,000)."""
+    import hashlib
+    import os
+    salt = os.urandom(16)
+    key = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations, dklen=32)
+    return f"pbkdf2-sha256:{iterations}:{salt.hex()}:{key.hex()}"
+
+
+def escrowd_cpu_seconds(b):
+    """The CPU time escrowd has used so far (user + system), from /proc."""
+    import os
+    fields = open(f"/proc/{b.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def refused_login(b, raw, user, passcode):
+    r = raw(b)
+    r.send(frame_bytes("CONNECT", [("accept-version", "1.2"), ("host", "x"), ("login", user), ("passcode", passcode)]))
+    f = r.read_frame()
+    assert f.command == "ERROR" and "login refused" in f.headers["message"], f
+    r.close()
+
+
+def test_n14_an_unknown_user_costs_what_the_dearest_hash_costs(broker_factory, raw):
+    # alice and bob have hashes of 10,000 iterations, ops one of 600,000: the dummy hash once took
+    # the most common count (10,000), so an unknown name was refused 20 times faster than a wrong
+    # passcode for ops, which told that ops exists.
+    from test_security import hash_password
+    users = "".join(f'[[user]]\nname = "{n}"\npassword = "{h}"\nroles = ["{r}"]\n' for n, h, r in [
+        ("alice", weak_hash(PASSWORDS["alice"]), "orders-app"), ("bob", weak_hash(PASSWORDS["bob"]), "billing-app"),
+        ("ops", hash_password(PASSWORDS["ops"]), "operator")])
+    b = secured(broker_factory, users)
+    # CPU, not wall-clock time: the checks' cost, whatever the machine's noise and the back-off
+    # between ops's failures.
+    start = escrowd_cpu_seconds(b)
+    for i in range(3):
+        refused_login(b, raw, unique("nobody"), "guess")
+    unknown = escrowd_cpu_seconds(b) - start
+    start = escrowd_cpu_seconds(b)
+    for i in range(3):
+        refused_login(b, raw, "ops", f"guess-{i}")
+    known = escrowd_cpu_seconds(b) - start
+    assert unknown >= 0.5 * known, f"3 unknown users cost {unknown:.3f} s of CPU, 3 wrong passcodes of ops {known:.3f} s"
+    # The users with weak hashes are named at start, and again at every reload of the file.
+    b.wait_log("users file: 2 user(s) have password hashes of fewer than 600000 iterations: 'alice' (10000), "
+               "'bob' (10000)")
+    b.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: b.log.count("have password hashes of fewer than 600000 iterations") == 2, "a second warning", b)

@@ -23,6 +23,10 @@ std::string make_password_hash(std::string_view password, std::uint32_t iteratio
 // "" when `stored` is a well-formed hash, else what is wrong with it.
 std::string check_password_hash(std::string_view stored);
 
+// The iteration count of `stored`, what checking a password against it costs; 0 when it is not a
+// well-formed hash.
+std::uint32_t password_hash_iterations(std::string_view stored);
+
 // Whether `password` matches `stored` (a well-formed hash; false otherwise). The comparison of
 // the derived keys takes the same time wherever they differ.
 bool verify_password(std::string_view password, std::string_view stored);
