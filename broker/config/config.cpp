@@ -225,7 +225,10 @@ toml_keys security_keys(broker_config& config) {
              return "";
            }},
           {"max-waiting-logins-per-address", unsigned_field(config.max_waiting_logins_per_address)},
-          {"max-pending-logins", unsigned_field(config.max_pending_logins, 1)}};
+          {"max-pending-logins", unsigned_field(config.max_pending_logins, 1)},
+          {"max-waiting-logins-per-user", unsigned_field(config.max_waiting_logins_per_user, 1)},
+          {"reserved-pending-logins", unsigned_field(config.reserved_pending_logins)},
+          {"max-login-delay-ms", unsigned_field(config.max_login_delay_ms, 0, 86'400'000)}};
 }
 
 toml_keys delivery_keys(broker_config& config) {

@@ -374,8 +374,16 @@ int run_server(const broker_config& config) {
   asio::io_context io(static_cast<int>(io_threads));
   // After the I/O context, so destroyed before it: the login threads join while the context the
   // checks answer to still exists.
-  authenticator auth(users, login_limits{config.login_backoff_max_ms, config.login_threads,
-                                         config.max_waiting_logins_per_address, config.max_pending_logins});
+  authenticator auth(users, login_limits{
+                                .backoff_max_ms = config.login_backoff_max_ms,
+                                .threads = config.login_threads,
+                                .max_waiting_per_address = config.max_waiting_logins_per_address,
+                                .max_pending = config.max_pending_logins,
+                                .max_waiting_per_user = config.max_waiting_logins_per_user,
+                                // At most half: the addresses with failures keep the other half.
+                                .reserved_pending = std::min(config.reserved_pending_logins,
+                                                             config.max_pending_logins / 2),
+                                .max_delay_ms = config.max_login_delay_ms});
   broker core(io, *store, config);
   // On every return from here on, `core` must not be destroyed before the store's committer has
   // finished: the completions of what open() or a client submitted call into it. An early return

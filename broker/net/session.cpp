@@ -11,6 +11,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <poll.h>
 #include <span>
 #include <tuple>
 #include <vector>
@@ -24,6 +25,8 @@ using asio::use_awaitable;
 constexpr auto kNoThrow = asio::as_tuple(use_awaitable);
 
 namespace {
+// How often a connection whose login waits for its check looks whether its client has gone.
+constexpr std::chrono::milliseconds kClosedLoginPoll{100};
 
 // The calling thread's buffer for plain reads. A function of its own, not a thread_local in the
 // coroutine: a coroutine resumed on another thread must not keep the first thread's address.
@@ -36,12 +39,12 @@ namespace {
 // Submits a password check to the authenticator and completes with its verdict on the caller's
 // executor; the I/O thread is free meanwhile.
 template <typename Token>
-auto async_check(authenticator& auth, login_request request, Token&& token) {
+auto async_check(authenticator& auth, login_request request, std::uint64_t& ticket, Token&& token) {
   return asio::async_initiate<Token, void(login_result)>(
-      [&auth](auto handler, login_request request) {
+      [&auth, &ticket](auto handler, login_request request) {
         auto home = asio::get_associated_executor(handler);
         auto shared = std::make_shared<decltype(handler)>(std::move(handler));
-        auth.submit(std::move(request), [shared, home](login_result verdict) {
+        ticket = auth.submit(std::move(request), [shared, home](login_result verdict) {
           asio::post(home, [shared, verdict = std::move(verdict)]() mutable { std::move(*shared)(std::move(verdict)); });
         });
       },
@@ -51,6 +54,13 @@ auto async_check(authenticator& auth, login_request request, Token&& token) {
 }  // namespace
 
 template <typename Stream>
+// Whether the peer has closed its side (or reset the connection), without reading: data it sent
+// after CONNECT stays where it is.
+bool peer_has_closed(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
 basic_session<Stream>::basic_session(Stream stream, broker& core, const broker_config& config)
     : stream_(std::move(stream)), core_(core), config_(config), id_(core.new_connection_id()),
       parser_(config.frames), wake_writer_(stream_.get_executor()), watchdog_timer_(stream_.get_executor()),
@@ -256,7 +266,7 @@ asio::awaitable<login_result> basic_session<Stream>::authenticate(const frame& f
   connect_received_ = true;
   // Named, not a temporary inside the co_await expression: g++ 12 destroyed such temporaries'
   // members twice (free(): invalid pointer at the first login).
-  auto check = async_check(*auth, std::move(request), use_awaitable);
+  auto check = async_check(*auth, std::move(request), login_ticket_, use_awaitable);
   login_result verdict = co_await std::move(check);
   co_return verdict;
 }
@@ -305,10 +315,12 @@ asio::awaitable<void> basic_session<Stream>::read_loop() {
         std::vector<char>& scratch = read_scratch(kReadChunk);  // this thread's, after any resumption
         buffer = scratch.data();  // used before the next suspension only
         n = stream_.read_some(asio::buffer(scratch), ec);  // the socket is non-blocking
+  watchdog_timer_.cancel();  // from now on it watches for the client closing while the check waits
         if (ec != asio::error::would_block && ec != asio::error::try_again) break;
         std::tie(ec) = co_await stream_.async_wait(asio::ip::tcp::socket::wait_read, kNoThrow);
         if (ec || closing_) break;
       }
+  login_ticket_ = 0;
     }
     if (ec || closing_) break;
     if (core_.input_stopped()) continue;  // a graceful stop: dropped; the loop waits to be closed
@@ -442,7 +454,14 @@ asio::awaitable<void> basic_session<Stream>::watchdog() {
   while (!closing_) {
     auto now = clock::now();
     if (!connected_ && connect_received_) {
-      watchdog_timer_.expires_at(clock::time_point::max());  // its login is being checked
+      // Its login waits for its check: a client that closes meanwhile gives up its place at once
+      // (authenticator::cancel), so CONNECTs sent by clients that leave hold no login slot.
+      if (login_ticket_ && peer_has_closed(stream_.lowest_layer().native_handle())) {
+        core_.authentication()->cancel(std::exchange(login_ticket_, 0));
+        watchdog_timer_.expires_at(clock::time_point::max());
+      } else {
+        watchdog_timer_.expires_at(now + kClosedLoginPoll);
+      }
     } else if (!connected_) {
       auto deadline = started_ + std::chrono::milliseconds(config_.connect_timeout_ms);
       if (now >= deadline) {

@@ -104,6 +104,9 @@ class basic_session final : public session_base,
   std::uint64_t heartbeat_receive_ms_ = 0;
   clock::time_point started_ = clock::now();
   clock::time_point last_read_ = clock::now();
+  bool received_any_ = false;      // a byte has arrived (limits.first-byte-timeout-ms no longer applies)
+  prelogin_slot prelogin_;         // given back at login
+  std::uint64_t login_ticket_ = 0;  // its waiting password check (authenticator::cancel), 0 when none
   std::size_t written_since_notice_ = 0;
   bool writing_ = false;           // a write is waiting for the socket (slow consumer check)
   clock::time_point write_progress_{};  // when the socket last took bytes of it

@@ -23,6 +23,9 @@ constexpr std::chrono::minutes kForgetAfter{15};  // a count quiet this long sta
 constexpr std::size_t kMaxRecords = 100000;       // failure counts remembered at once, per kind
 constexpr std::size_t kMaxRemembered = 100000;    // successful logins remembered at once
 const char* const kRefused = "login refused: unknown user or wrong passcode";
+const char* const kBusy = "login refused unchecked: too many logins wait for their check; try again later";
+const char* const kLater =
+    "login refused unchecked: too many failed logins of this user lately; try again later";
 
 // A hash that no password matches (its key is all zeros, its salt random) and that costs what the
 // dearest of the users' own hashes costs, so that no user's check takes longer than an unknown
@@ -74,10 +77,14 @@ authenticator::~authenticator() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
-    for (auto& [when, a] : due_) unanswered.push_back(std::move(a));
+    for (due_map* queue : {&clean_due_, &due_})
+      for (auto& [when, a] : *queue) unanswered.push_back(std::move(a));
     for (auto& [ip, line] : lines_)
       for (auto& a : line.waiting) unanswered.push_back(std::move(a));
+    clean_due_.clear();
     due_.clear();
+    scheduled_.clear();
+    queued_ip_.clear();
     lines_.clear();
   }
   wake_.notify_all();
@@ -162,42 +169,92 @@ std::optional<login_result> authenticator::answer_at_once(const login_request& r
 void authenticator::refuse_at_once(attempt& a, const std::string& reason) {
   failed_logins_.fetch_add(1, std::memory_order_relaxed);
   spdlog::warn("failed login from {}: {}", a.request.peer_ip, reason);
-  a.done(refused());
+  login_result r;
+  r.problem = kBusy;
+  a.done(std::move(r));
 }
 
-void authenticator::submit(login_request request, callback done) {
-  attempt a{std::move(request), std::move(done)};
+bool authenticator::recently_failed(const std::string& ip, clock::time_point now) {
+  return find_record(address_failures_, ip, now) != nullptr;
+}
+
+std::uint64_t authenticator::submit(login_request request, callback done) {
+  attempt a{std::move(request), std::move(done), 0, {}, false};
   std::string reason;
+  std::vector<attempt> later;
   {
     std::lock_guard lock(mutex_);
-    auto line = lines_.find(a.request.peer_ip);
+    auto now = clock::now();
+    const std::string& ip = a.request.peer_ip;
+    a.user_key = keyed_hash("user", a.request.login);
+    a.trusted = trusted_pairs_.count(keyed_hash("trusted", ip, a.request.login)) > 0;
+    auto line = lines_.find(ip);
+    std::size_t of_user = a.trusted ? 0 : waiting_by_user_[a.user_key];
+    // Addresses with a recent failure share what is left when reserved_pending is set aside.
+    bool tainted = recently_failed(ip, now);
+    std::size_t room = tainted ? limits_.max_pending - limits_.reserved_pending : limits_.max_pending;
     if (stopping_) {
       reason = "escrowd is stopping";
-    } else if (pending_ >= limits_.max_pending) {
+    } else if (pending_ >= room) {
       reason = "refused unchecked: " + std::to_string(pending_) +
                " logins already wait for their check or are being checked (security.max-pending-logins is " +
-               std::to_string(limits_.max_pending) + ")";
+               std::to_string(limits_.max_pending) +
+               (tainted ? ", of which security.reserved-pending-logins " + std::to_string(limits_.reserved_pending) +
+                              " are kept for addresses with no failed login in the last 15 minutes"
+                        : std::string()) +
+               ")";
     } else if (line != lines_.end() && line->second.waiting.size() >= limits_.max_waiting_per_address) {
       reason = "refused unchecked: " + std::to_string(line->second.waiting.size()) +
                " logins from this address already wait behind the one being checked "
                "(security.max-waiting-logins-per-address is " + std::to_string(limits_.max_waiting_per_address) + ")";
+    } else if (of_user >= limits_.max_waiting_per_user) {
+      reason = "refused unchecked: " + std::to_string(of_user) + " logins of user '" + loggable(a.request.login) +
+               "' already wait for their check or are being checked (security.max-waiting-logins-per-user is " +
+               std::to_string(limits_.max_waiting_per_user) + ")";
     } else {
       ++pending_;
+      ++waiting_by_user_[a.user_key];
+      a.ticket = next_ticket_++;
+      std::uint64_t ticket = a.ticket;
       if (line != lines_.end()) {
         spdlog::debug("login of '{}' from {} waits its turn behind {} from this address", loggable(a.request.login),
-                      a.request.peer_ip, line->second.waiting.size() + 1);
+                      ip, line->second.waiting.size() + 1);
+        queued_ip_.emplace(ticket, ip);
         line->second.waiting.push_back(std::move(a));
-      } else {
-        lines_[a.request.peer_ip];
-        schedule(std::move(a));
+        return ticket;
       }
-      return;
+      lines_[ip];
+      if (schedule(a)) return ticket;
+      // Its delay is too long: refused below; the line it opened is empty.
+      finished(a);
+      lines_.erase(ip);
+      later.push_back(std::move(a));
     }
+    if (of_user == 0 && !a.trusted) waiting_by_user_.erase(a.user_key);
   }
-  refuse_at_once(a, reason);
+  if (!later.empty())
+    try_again_later(later);
+  else
+    refuse_at_once(a, reason);
+  return 0;
 }
 
-void authenticator::schedule(attempt a) {
+void authenticator::finished(const attempt& a) {
+  if (pending_ > 0) --pending_;
+  auto n = waiting_by_user_.find(a.user_key);
+  if (n != waiting_by_user_.end() && --n->second == 0) waiting_by_user_.erase(n);
+}
+
+void authenticator::try_again_later(std::vector<attempt>& refusals) {
+  for (auto& a : refusals) {
+    failed_logins_.fetch_add(1, std::memory_order_relaxed);
+    login_result r;
+    r.problem = kLater;
+    a.done(std::move(r));
+  }
+}
+
+bool authenticator::schedule(attempt& a) {
   auto now = clock::now();
   auto due = now;
   const auto& r = a.request;
@@ -206,54 +263,117 @@ void authenticator::schedule(attempt a) {
     pair_failures = p->failures;
     due = std::max(due, p->last_failure + backoff(p->failures));
   }
-  if (failure_record* u = find_record(user_failures_, keyed_hash("user", r.login), now)) {
-    user_failures = u->failures;
+  failure_record* u = find_record(user_failures_, a.user_key, now);
+  if (u) user_failures = u->failures;
+  if (a.trusted) u = nullptr;  // its address logged in as this user before: no per-user spacing
+  if (u) {
     // Checks of a failing user are spaced out whatever address they come from: each takes a turn.
     due = std::max({due, u->last_failure + backoff(u->failures), u->next_turn});
-    u->next_turn = due + backoff(u->failures);
   }
   auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(due - now);
-  spdlog::debug("login check of '{}' from {}: {} earlier failures of this user from this address, {} in all; "
+  if (wait > std::chrono::milliseconds(limits_.max_delay_ms)) {
+    spdlog::warn("failed login from {}: refused unchecked: the check of '{}' would wait {} ms for the back-off of "
+                 "{} earlier failures of this user ({} from this address), more than security.max-login-delay-ms "
+                 "({}); the client is told to try again later",
+                 r.peer_ip, loggable(r.login), wait.count(), user_failures, pair_failures, limits_.max_delay_ms);
+    return false;
+  }
+  if (u) u->next_turn = due + backoff(u->failures);
+  spdlog::debug("login check of '{}' from {}: {} earlier failures of this user from this address, {} in all{}; "
                 "waits {} ms",
-                loggable(r.login), r.peer_ip, pair_failures, user_failures, wait.count());
-  due_.emplace(due, std::move(a));
+                loggable(r.login), r.peer_ip, pair_failures, user_failures,
+                a.trusted ? " (this address logged in as this user before: no per-user spacing)" : "", wait.count());
+  due_map& queue = recently_failed(r.peer_ip, now) ? due_ : clean_due_;
+  std::uint64_t ticket = a.ticket;
+  auto it = queue.emplace(due, std::move(a));
+  scheduled_[ticket] = {&queue, it};
   wake_.notify_one();
+  return true;
+}
+
+void authenticator::advance_line(const std::string& ip, std::vector<attempt>& refusals) {
+  auto line = lines_.find(ip);
+  if (line == lines_.end()) return;
+  while (!line->second.waiting.empty()) {
+    attempt next = std::move(line->second.waiting.front());
+    line->second.waiting.pop_front();
+    queued_ip_.erase(next.ticket);
+    if (schedule(next)) return;
+    finished(next);
+    refusals.push_back(std::move(next));
+  }
+  lines_.erase(line);
+}
+
+void authenticator::cancel(std::uint64_t ticket) {
+  if (ticket == 0) return;
+  std::vector<attempt> dropped, refusals;
+  {
+    std::lock_guard lock(mutex_);
+    if (auto q = queued_ip_.find(ticket); q != queued_ip_.end()) {
+      auto& waiting = lines_[q->second].waiting;
+      for (auto it = waiting.begin(); it != waiting.end(); ++it)
+        if (it->ticket == ticket) {
+          dropped.push_back(std::move(*it));
+          waiting.erase(it);
+          break;
+        }
+      queued_ip_.erase(q);
+    } else if (auto s = scheduled_.find(ticket); s != scheduled_.end()) {
+      dropped.push_back(std::move(s->second.second->second));
+      s->second.first->erase(s->second.second);
+      scheduled_.erase(s);
+      advance_line(dropped.back().request.peer_ip, refusals);  // it held its address's turn
+    }
+    for (auto& a : dropped) finished(a);
+  }
+  for (auto& a : dropped) {
+    abandoned_logins_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::debug("login of '{}' from {} dropped before its check: the client closed the connection",
+                  loggable(a.request.login), a.request.peer_ip);
+    a.done(refused());
+  }
+  try_again_later(refusals);
+}
+
+std::pair<authenticator::due_map*, authenticator::due_map::iterator> authenticator::first_due(
+    clock::time_point now, clock::time_point& next) {
+  next = clock::time_point::max();
+  for (due_map* queue : {&clean_due_, &due_}) {
+    if (queue->empty()) continue;
+    auto first = queue->begin();
+    if (first->first <= now) return {queue, first};
+    next = std::min(next, first->first);
+  }
+  return {nullptr, {}};
 }
 
 void authenticator::work() {
   std::unique_lock lock(mutex_);
   for (;;) {
     if (stopping_) return;
-    if (due_.empty()) {
-      wake_.wait(lock);
-      continue;
-    }
-    auto first = due_.begin();
-    if (first->first > clock::now()) {
-      // A copy: while this thread waits, another may take and erase that entry.
-      const clock::time_point until = first->first;
-      wake_.wait_until(lock, until);
+    clock::time_point next;
+    auto [queue, first] = first_due(clock::now(), next);
+    if (!queue) {
+      if (next == clock::time_point::max())
+        wake_.wait(lock);
+      else
+        wake_.wait_until(lock, next);
       continue;
     }
     attempt a = std::move(first->second);
-    due_.erase(first);
+    scheduled_.erase(a.ticket);
+    queue->erase(first);
     lock.unlock();
     login_result verdict = check(a.request);
     lock.lock();
     // The outcome is recorded: the address's next check may take its turn, with its back-off.
-    if (pending_ > 0) --pending_;
-    auto line = lines_.find(a.request.peer_ip);
-    if (line != lines_.end()) {
-      if (line->second.waiting.empty()) {
-        lines_.erase(line);
-      } else {
-        attempt next = std::move(line->second.waiting.front());
-        line->second.waiting.pop_front();
-        schedule(std::move(next));
-      }
-    }
+    finished(a);
+    std::vector<attempt> refusals;
+    advance_line(a.request.peer_ip, refusals);
     lock.unlock();
     a.done(std::move(verdict));
+    try_again_later(refusals);
     lock.lock();
   }
 }
@@ -331,14 +451,18 @@ void authenticator::record_failure(const login_request& r) {
   std::lock_guard lock(mutex_);
   count(pair_failures_, pair);
   count(user_failures_, user);
+  count(address_failures_, r.peer_ip);
 }
 
 void authenticator::record_success(const login_request& r) {
   // Its own (address, user) only: bob's success says nothing about guesses at alice's password,
   // and alice's from one address nothing about guesses from others.
-  std::string pair = keyed_hash("pair", r.peer_ip, r.login);
+  // It is trusted from now on: its checks skip the per-user spacing (authenticator.h).
+  std::string pair = keyed_hash("pair", r.peer_ip, r.login), trusted = keyed_hash("trusted", r.peer_ip, r.login);
   std::lock_guard lock(mutex_);
   pair_failures_.erase(pair);
+  if (trusted_pairs_.size() >= kMaxRemembered && !trusted_pairs_.count(trusted)) trusted_pairs_.clear();
+  trusted_pairs_.insert(trusted);
 }
 
 void authenticator::replace_users(std::shared_ptr<const users_table> users) {

@@ -80,7 +80,7 @@ TEST_SUITE("broker/authenticator") {
     // The first is checked against a hash of the default cost (0.3 s), the second comes at once.
     auto table = std::make_shared<users_table>(*users());
     table->by_name["alice"].password_hash = make_password_hash("alice-secret");
-    authenticator auth(table, login_limits{10000, 1, 0, 256});
+    authenticator auth(table, login_limits{.backoff_max_ms = 10000, .threads = 1, .max_waiting_per_address = 0});
     std::promise<login_result> first;
     auto first_answer = first.get_future();
     login_request r{"127.0.0.1", "alice", "wrong", ""};
@@ -90,6 +90,60 @@ TEST_SUITE("broker/authenticator") {
     // Answered before submit returned (the first is still waiting or running: its hash is slow).
     REQUIRE(second.has_value());
     CHECK_FALSE(second->ok);
-    CHECK(first_answer.get().problem == second->problem);
+    CHECK(second->problem == "login refused unchecked: too many logins wait for their check; try again later");
+    CHECK(first_answer.get().problem == "login refused: unknown user or wrong passcode");
+  }
+
+  TEST_CASE("a waiting check whose client left is dropped, and its place freed") {
+    // One thread, busy with a slow check; two more wait behind it (one scheduled, one in line).
+    auto table = std::make_shared<users_table>(*users());
+    table->by_name["alice"].password_hash = make_password_hash("alice-secret");
+    login_limits limits;
+    limits.threads = 1;
+    limits.max_pending = 3;
+    authenticator auth(table, limits);
+    std::promise<login_result> first;
+    auto first_answer = first.get_future();
+    auth.submit({"127.0.0.1", "alice", "wrong", ""}, [&first](login_result v) { first.set_value(std::move(v)); });
+    std::optional<login_result> gone, queued;
+    auto t1 = auth.submit({"127.0.0.2", "ghost", "x", ""}, [&gone](login_result v) { gone = std::move(v); });
+    auto t2 = auth.submit({"127.0.0.2", "ghost2", "x", ""}, [&queued](login_result v) { queued = std::move(v); });
+    REQUIRE(t1 != 0);
+    REQUIRE(t2 != 0);
+    std::optional<login_result> over;
+    auth.submit({"127.0.0.3", "bob", "x", ""}, [&over](login_result v) { over = std::move(v); });
+    REQUIRE(over.has_value());  // the three places are taken
+    auth.cancel(t2);            // in its address's line
+    auth.cancel(t1);            // scheduled (its address's turn)
+    REQUIRE(gone.has_value());
+    REQUIRE(queued.has_value());
+    CHECK_FALSE(gone->ok);
+    CHECK(auth.abandoned_logins() == 2);
+    auth.cancel(t1);  // twice: nothing
+    CHECK(auth.abandoned_logins() == 2);
+    // Both places are free again, before the slow check has finished.
+    std::promise<login_result> next;
+    auto next_answer = next.get_future();
+    auto t3 = auth.submit({"127.0.0.3", "bob", "x", ""}, [&next](login_result v) { next.set_value(std::move(v)); });
+    CHECK(t3 != 0);
+    CHECK(first_answer.get().problem == "login refused: unknown user or wrong passcode");
+    CHECK(next_answer.get().problem == "login refused: unknown user or wrong passcode");
+  }
+
+  TEST_CASE("checks of one login name are bounded; a trusted address skips the bound and the spacing") {
+    login_limits limits;
+    limits.threads = 1;
+    limits.max_waiting_per_user = 2;
+    limits.max_delay_ms = 0;  // any delay: try again later
+    authenticator auth(users(), limits);
+    // alice succeeds once from .1: that (address, user) is trusted from now on.
+    CHECK(checked(auth, {"127.0.0.1", "alice", "alice-secret", ""}).ok);
+    auth.replace_users(users());  // forget the remembered success: the next logins are checked
+    // A guess from .2 fails: alice's next checks from elsewhere would wait her per-user back-off.
+    CHECK_FALSE(checked(auth, {"127.0.0.2", "alice", "guess", ""}).ok);
+    auto later = checked(auth, {"127.0.0.3", "alice", "guess", ""});
+    CHECK(later.problem == "login refused unchecked: too many failed logins of this user lately; try again later");
+    // From her own address: no per-user spacing, checked at once.
+    CHECK(checked(auth, {"127.0.0.1", "alice", "alice-secret", ""}).ok);
   }
 }

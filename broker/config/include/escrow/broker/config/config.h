@@ -101,6 +101,9 @@ struct broker_config {
 
   // undelivered messages (docs/configuration.md). A file's [[address-settings]] list replaces the
   // embedded one, which sends dead letters to DLQ and expired messages to ExpiryQueue.
+  std::size_t max_waiting_logins_per_user = 16;  // checks of one login name waiting or running
+  std::size_t reserved_pending_logins = 64;    // of max_pending_logins, for addresses without failures (at most half)
+  std::uint64_t max_login_delay_ms = 3000;     // a check that would wait longer is told "try again later"
   std::vector<address_setting_entry> address_settings = embedded_address_settings();
   std::int64_t message_expiry_scan_period_ms = 30000;  // the reaper's period; -1: no reaper
   bool persist_delivery_count_before_delivery = false;
