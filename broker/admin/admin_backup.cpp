@@ -19,6 +19,7 @@
 #include <system_error>
 
 #include "admin_commands.h"
+#include "escrow/broker/security/names.h"
 #include "escrow/storage/store.h"
 #include "json.h"
 
@@ -118,7 +119,7 @@ void admin_backup(admin_core& core, const frame& f, admin_done done) {
     storage::status s;
     std::uint64_t bytes = 0;
     if (refused.empty()) {
-      spdlog::info("backup to {} started{}", target.dir, compact ? " (compacting)" : "");
+      spdlog::info("backup to {} started{}", loggable(target.dir), compact ? " (compacting)" : "");
       s = store.copy_to(target.file_fd.fd, compact);
       struct stat st {};
       if (s.ok() && ::fstat(target.file_fd.fd, &st) == 0) bytes = static_cast<std::uint64_t>(st.st_size);
@@ -132,13 +133,13 @@ void admin_backup(admin_core& core, const frame& f, admin_done done) {
     // On the core strand, once the backup thread is done.
     return [s, refused, dir = target.dir, path, compact, seconds, bytes, done = std::move(done)] {
       if (!refused.empty()) {
-        spdlog::warn("backup to {} refused: {}", path, refused);
+        spdlog::warn("backup to {} refused: {}", loggable(path), loggable(refused));
         done({"refused", refused, {}});
       } else if (!s.ok()) {
-        spdlog::error("backup to {} failed: {}", dir, s.message());
+        spdlog::error("backup to {} failed: {}", loggable(dir), loggable(s.message()));
         done({"refused", "backup to " + dir + " failed: " + s.message(), {}});
       } else {
-        spdlog::info("backup to {} done: {} bytes in {:.3f} s", dir, bytes, seconds);
+        spdlog::info("backup to {} done: {} bytes in {:.3f} s", loggable(dir), bytes, seconds);
         done({"ok", {}, to_json(json::object{{"path", dir}, {"compact", compact}, {"bytes", bytes},
                                              {"seconds", json_seconds(seconds)}})});
       }

@@ -8,6 +8,7 @@
 
 #include "core.h"
 #include "durable_name.h"
+#include "escrow/broker/security/names.h"
 #include "escrow/xa.h"
 
 namespace escrow::broker {
@@ -267,7 +268,9 @@ void broker::impl::handle_admin(const connection_ptr& c, const frame& f) {
     return;
   }
   admin_done done = [this, c, id = *receipt_id, command](admin_outcome o) {
-    if (o.status != "ok") spdlog::info("connection {}: admin {}: {}: {}", c->id, command, o.status, o.message);
+    // The message may hold what the client sent (a path, a queue's name): escaped for the log.
+    if (o.status != "ok")
+      spdlog::info("connection {}: admin {}: {}: {}", c->id, loggable(command), o.status, loggable(o.message));
     frame r{"RECEIPT", {{"receipt-id", id}, {"admin-status", o.status}}, {}};
     if (!o.message.empty()) r.add("message", o.message);
     if (!o.json.empty()) {
@@ -277,7 +280,7 @@ void broker::impl::handle_admin(const connection_ptr& c, const frame& f) {
     }
     write(*c, r);
   };
-  spdlog::debug("connection {}: admin {}", c->id, command);
+  spdlog::debug("connection {}: admin {}", c->id, loggable(command));
   if (!admin) return done({"invalid", "this broker answers no ADMIN frames", {}});
   admin(*admin_view, c->id, f, std::move(done));
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "escrow/broker/security/authenticator.h"
+#include "escrow/broker/security/names.h"
 
 namespace escrow::broker {
 
@@ -209,7 +210,8 @@ bool basic_session<Stream>::on_connect(const frame& f) {
   if (const std::string* hb = f.find("heart-beat")) {
     auto parsed = parse_heart_beat(*hb);
     if (!parsed) {
-      fail("invalid heart-beat header '" + *hb + "': use two non-negative integers, e.g. 10000,10000", std::nullopt);
+      fail("invalid heart-beat header '" + loggable(*hb) + "': use two non-negative integers, e.g. 10000,10000",
+           std::nullopt);
       return false;
     }
     // Clamped, so that no deadline computed from them leaves the clock's range.

@@ -151,3 +151,34 @@ def test_n14_an_unknown_user_costs_what_the_dearest_hash_costs(broker_factory, r
                "'bob' (10000)")
     b.proc.send_signal(signal.SIGHUP)
     wait_for(lambda: b.log.count("have password hashes of fewer than 600000 iterations") == 2, "a second warning", b)
+
+
+# -- N13: client text in the log ----------------------------------------------------------------------
+
+def test_n13_a_heart_beat_header_cannot_write_control_characters_into_the_log(broker, raw):
+    # CONNECT's headers are not unescaped: a raw CR and an ESC went into the log line as they came,
+    # so a terminal showing the log ran the escape sequence and the CR overwrote the line.
+    r = raw(broker)
+    r.send(b"CONNECT\naccept-version:1.2\nhost:x\nheart-beat:1\r[error] FORGED\x1b[2J,0\n\n\0")
+    frames = r.read_until_closed()
+    assert frames and frames[0].command == "ERROR" and "invalid heart-beat header" in frames[0].headers["message"], \
+        frames
+    broker.wait_log("invalid heart-beat header '1\\r[error] FORGED\\x1b[2J,0'")
+    assert "\x1b" not in broker.log and "\r[error] FORGED" not in broker.log
+
+
+def test_n13_a_backup_path_cannot_write_a_line_into_the_log(broker_factory, raw, tmp_path):
+    root = tmp_path / "backups"
+    root.mkdir(mode=0o700)
+    b = broker_factory(config=f'[storage]\nbackup-root = "{root}"\n')
+    r = raw(b)
+    r.connect()
+    # \n is the STOMP 1.2 escape of a LF: escrowd reads a path with a newline in it, once written
+    # as is into "backup to ... started" and "... done".
+    for path in (f"{root}/x\\n[error] FORGED LINE", f"/elsewhere\\n[error] FORGED LINE"):
+        r.send(frame_bytes("ADMIN", [("admin-command", "backup"), ("path", path), ("receipt", "b")]))
+        reply = r.read_frame()
+        assert reply.command == "RECEIPT", reply
+    b.wait_log("backup to /elsewhere\\n[error] FORGED LINE refused")
+    b.wait_log(f"backup to {root}/x\\n[error] FORGED LINE done")
+    assert "\n[error] FORGED LINE" not in b.log, b.log
