@@ -4,9 +4,23 @@
 #include <array>
 
 namespace escrow::broker {
+
+bool same_header_name(std::string_view a, std::string_view b) {
+  auto lower = [](char ch) { return ch >= 'A' && ch <= 'Z' ? static_cast<char>(ch - 'A' + 'a') : ch; };
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (lower(a[i]) != lower(b[i])) return false;
+  return true;
+}
+
 namespace {
 
-bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+// Case-insensitively (ASCII): STOMP's header names are case-sensitive, but many consumers (JMS
+// property lookups, HTTP-minded code) read them without regard to case, so `_amq_validated_user`
+// must not pass where `_AMQ_VALIDATED_USER` is dropped.
+bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.size() >= prefix.size() && same_header_name(s.substr(0, prefix.size()), prefix);
+}
 
 // Artemis headers that clients set: duplicate detection, scheduled delivery, message groups, last
 // value queues. Left to the client (and to the features that will read them).
@@ -25,7 +39,7 @@ constexpr std::array<std::string_view, 5> kReplyHeaders = {"xid", "xa-result", "
 template <std::size_t N>
 bool one_of(std::string_view name, const std::array<std::string_view, N>& names) {
   for (auto n : names)
-    if (n == name) return true;
+    if (same_header_name(n, name)) return true;
   return false;
 }
 

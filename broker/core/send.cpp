@@ -26,10 +26,13 @@ bool is_destination(std::string_view dest) {
 }
 
 // Headers the server writes on MESSAGE itself; a SEND's own copies of them are not kept.
+// In any case: a `Message-Id` a sender set must not stand beside the broker's `message-id` for a
+// consumer that reads names without regard to case.
 bool is_server_header(std::string_view name) {
-  return name == "destination" || name == "receipt" || name == "transaction" || name == "content-length" ||
-         name == "message-id" || name == "subscription" || name == "ack" || name == "redelivered" ||
-         name == "delivery-count";
+  for (std::string_view h : {"destination", "receipt", "transaction", "content-length", "message-id", "subscription",
+                             "ack", "redelivered", "delivery-count"})
+    if (same_header_name(name, h)) return true;
+  return false;
 }
 
 template <typename T>
@@ -206,8 +209,8 @@ void broker::impl::handle_send(const connection_ptr& c, frame& f) {
   // anything, a new queue say, is made for it).
   if (auth)
     for (const auto& [name, value] : f.headers)
-      if (name == "user-id" && value != c->info.user)
-        return error(*c, "SEND's user-id header '" + value + "' is not the user this connection logged in as ('" +
+      if (same_header_name(name, "user-id") && value != c->info.user)
+        return error(*c, "SEND's " + name + " header '" + value + "' is not the user this connection logged in as ('" +
                              c->info.user + "'): leave it out or give your own login", &f);
   // What a transaction holds in memory until it ends is bounded, per transaction and per user.
   if (branch && takes_work(*branch)) {

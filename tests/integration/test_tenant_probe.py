@@ -11,7 +11,7 @@ import pytest
 
 from conftest import frame_bytes, unique
 from test_security import escrow_cli
-from test_tenants import PASSWORDS, SETTINGS, login, users_file  # noqa: F401 (users_file: a fixture)
+from test_tenants import PASSWORDS, SETTINGS, login, tenants, users_file  # noqa: F401 (fixtures)
 
 OPS = dict(user="ops", password=PASSWORDS["ops"])
 
@@ -182,3 +182,31 @@ def test_n13_a_backup_path_cannot_write_a_line_into_the_log(broker_factory, raw,
     b.wait_log("backup to /elsewhere\\n[error] FORGED LINE refused")
     b.wait_log(f"backup to {root}/x\\n[error] FORGED LINE done")
     assert "\n[error] FORGED LINE" not in b.log, b.log
+
+
+# -- N15b: reserved header names in another case -------------------------------------------------------
+
+def test_n15b_reserved_headers_are_dropped_and_user_id_checked_in_any_case(tenants):
+    # `_amq_validated_user:bob` and `User-Id:bob` once went through to consumers, some of which
+    # read header names without regard to case.
+    queue = f"/queue/orders.{unique()}"
+    alice = login(tenants, "alice")
+    forged = {"_amq_validated_user": "bob", "jmsxuserid": "bob", "_Hq_Orig_Address": "billing.x",
+              "Escrow-Anything": "x", "XA-Result": "XA_OK", "Message-Id": "forged-7", "Subscription": "s-forged",
+              "x-app": "shop", "USER-ID": "alice"}
+    alice.send(queue, "lower case", headers=forged)
+    consumer = login(tenants, "alice")
+    consumer.subscribe(queue)
+    (m,) = consumer.wait_messages(1)
+    names = {n.lower() for n in m.headers}
+    for reserved in ("_amq_validated_user", "jmsxuserid", "_hq_orig_address", "escrow-anything", "xa-result"):
+        assert reserved not in names, (reserved, m.headers)
+    assert m.headers["message-id"] != "forged-7" and "Message-Id" not in m.headers, m.headers
+    assert "Subscription" not in m.headers, m.headers
+    assert m.headers["x-app"] == "shop" and m.headers["USER-ID"] == "alice", m.headers
+    # A user-id in another case that is not hers is refused like user-id.
+    alice.conn.send(queue, "as bob", headers={"User-Id": "bob", "receipt": "r"})
+    err = alice.wait_error()
+    assert "SEND's User-Id header 'bob' is not the user this connection logged in as ('alice')" in \
+        err.headers["message"], err.headers
+    consumer.close()
