@@ -62,6 +62,17 @@ std::uint64_t peek_expires(std::string_view record) {
   return get_u64(record, expires) ? expires : 0;
 }
 
+bool peek_sender(std::string_view record, std::string_view& sender) {
+  if (record.size() < 19 || record[0] != 1) return false;
+  record.remove_prefix(19);  // version, flags, priority, expires, timestamp
+  std::string_view s;
+  std::uint64_t count = 0;
+  if (!get_string(record, s) || !get_varint(record, count) || count > record.size()) return false;
+  for (std::uint64_t i = 0; i < 2 * count + 1; ++i)  // the headers' names and values, then the body
+    if (!get_string(record, s)) return false;
+  return !record.empty() && get_string(record, sender) && record.empty();
+}
+
 std::string encode_delivery_count(std::uint32_t count) {
   std::string v;
   put_u32(v, count);
@@ -111,6 +122,7 @@ std::string message_record::encode() const {
 std::size_t message_record::encoded_size() const {
   std::size_t size = 3 + 8 + 8 + string_size(destination) + varint_size(headers.size()) + string_size(body);
   for (const auto& [n, val] : headers) size += string_size(n) + string_size(val);
+  if (sender) size += string_size(*sender);
   return size;
 }
 
@@ -127,6 +139,7 @@ void message_record::encode_to(std::string& v) const {
     put_string(v, val);
   }
   put_string(v, body);
+  if (sender) put_string(v, *sender);
 }
 
 bool message_record::decode(std::string_view value, message_record& out) {
@@ -154,6 +167,10 @@ bool message_record::decode(std::string_view value, message_record& out) {
   }
   if (!get_string(value, s)) return false;
   out.body = s;
+  out.sender.reset();
+  if (value.empty()) return true;
+  if (!get_string(value, s)) return false;
+  out.sender = std::string(s);
   return value.empty();
 }
 

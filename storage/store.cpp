@@ -35,6 +35,7 @@
 #include <shared_mutex>  // std::shared_lock
 #include <span>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "escrow/storage/coding.h"
@@ -117,11 +118,25 @@ struct read_txn {
   }
 };
 
+// What one batch changes in the bytes stored by sender (store::stored_bytes_of), once committed.
+using sender_deltas = std::vector<std::pair<std::string, std::int64_t>>;
+
+void add_delta(sender_deltas* d, std::string_view sender, std::int64_t bytes) {
+  if (!d) return;
+  for (auto& [name, n] : *d)
+    if (name == sender) {
+      n += bytes;
+      return;
+    }
+  d->emplace_back(std::string(sender), bytes);
+}
+
 struct pending_batch {
   batch work;
   store::completion done;
   status result;
   std::size_t bytes = 0;  // counted in store::impl::queued_bytes until completed
+  sender_deltas by_sender;  // set by apply(), taken into stored_by_sender once committed
 };
 
 }  // namespace
@@ -221,6 +236,11 @@ struct store::impl {
   std::chrono::steady_clock::time_point last_trim;  // committer thread only
   std::atomic<std::uint64_t> commits{0};
   std::atomic<std::size_t> queued_bytes{0};  // submitted batches not yet completed
+  // store::stored_bytes_of: committed changes since open plus the count at open. Written by the
+  // committer after each commit and once by the depth counter, read by the core.
+  mutable std::mutex stored_mutex;
+  std::unordered_map<std::string, std::int64_t> stored_by_sender;
+  sender_deltas* deltas = nullptr;  // committer only: where apply() counts, null during replay
   std::atomic<std::uint64_t> batches{0};
   // Metrics histograms, written by the committer only (relaxed atomics, no lock; see
   // docs/locking.md). Bucket i counts values <= kBatchBounds[i]; the last bucket the rest.
@@ -830,7 +850,14 @@ int store::impl::release(MDB_txn* txn, std::string_view message_key) {
   } else if (rc != MDB_NOTFOUND) {
     return rc;
   }
-  rc = mdb_del(txn, dbi[static_cast<int>(table::messages)], &key, nullptr);
+  MDB_dbi messages = dbi[static_cast<int>(table::messages)];
+  if (deltas && mdb_get(txn, messages, &key, &value) == 0) {
+    std::string_view sender;
+    std::size_t bytes = 0;
+    if (store::stored_sender(table::messages, as_view(value), sender, bytes))
+      add_delta(deltas, sender, -static_cast<std::int64_t>(bytes));
+  }
+  rc = mdb_del(txn, messages, &key, nullptr);
   return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
@@ -859,6 +886,10 @@ int store::impl::remove_entry(MDB_txn* txn, std::string_view entry_key) {
   std::uint64_t expires = 0;
   if (has_inline_message) {
     expires = peek_expires(as_view(value).substr(4));
+    std::string_view sender;
+    std::size_t bytes = 0;
+    if (deltas && store::stored_sender(table::entries, as_view(value), sender, bytes))
+      add_delta(deltas, sender, -static_cast<std::int64_t>(bytes));
   } else if (well_formed) {
     std::string mkey = message_key(parsed.message_id);
     MDB_val mk = as_val(mkey), record;
@@ -882,7 +913,14 @@ int store::impl::apply(MDB_txn* txn, std::string_view rep) {
     MDB_val key = as_val(k), value = as_val(v);
     MDB_dbi d = dbi[static_cast<int>(t)];
     switch (o) {
-      case batch::op::put: rc = mdb_put(txn, d, &key, &value, 0); break;
+      case batch::op::put:
+        if (deltas && (t == table::entries || t == table::messages)) {
+          std::string_view sender;
+          std::size_t bytes = 0;
+          if (store::stored_sender(t, v, sender, bytes)) add_delta(deltas, sender, static_cast<std::int64_t>(bytes));
+        }
+        rc = mdb_put(txn, d, &key, &value, 0);
+        break;
       case batch::op::erase:
         rc = mdb_del(txn, d, &key, nullptr);
         if (rc == MDB_NOTFOUND) rc = 0;
@@ -906,7 +944,13 @@ int store::impl::apply_group(std::vector<pending_batch>& group, bool isolated, b
   int rc = mdb_txn_begin(env, nullptr, 0, &txn);
   if (rc != 0) return rc;
   for (auto& p : group) {
+    p.by_sender.clear();
     if (p.work.empty()) continue;
+    deltas = &p.by_sender;
+    struct reset {
+      sender_deltas*& d;
+      ~reset() { d = nullptr; }
+    } reset_deltas{deltas};
     if (!isolated) {
       int brc = apply(txn, p.work.rep());
       if (brc == MDB_MAP_FULL && stop_on_full) return MDB_MAP_FULL;
@@ -927,6 +971,7 @@ int store::impl::apply_group(std::vector<pending_batch>& group, bool isolated, b
       ++applied;
     } else {
       p.result = from_lmdb(brc, "batch not stored");
+      p.by_sender.clear();
     }
   }
   return 0;
@@ -1390,6 +1435,16 @@ void store::impl::run_committer() {
       } else {
         commits.fetch_add(1, std::memory_order_relaxed);
         batches.fetch_add(applied, std::memory_order_relaxed);
+        {
+          std::lock_guard lock(stored_mutex);
+          for (auto& p : group)
+            if (p.result.ok())
+              for (auto& [sender, n] : p.by_sender) {
+                std::int64_t& total = stored_by_sender[sender];
+                total += n;
+                if (total == 0) stored_by_sender.erase(sender);
+              }
+        }
         observe_group(applied);
         if (refusing && applied > 0) {
           refusing = false;
@@ -1538,12 +1593,12 @@ status store::copy_to(int fd, bool compact) const {
 }
 
 void store::submit(batch b, completion done) {
-  pending_batch p[] = {{std::move(b), std::move(done), {}, 0}};
+  pending_batch p[] = {{std::move(b), std::move(done), {}, 0, {}}};
   impl_->enqueue(p);
 }
 
 void store::submit(batch first, completion first_done, batch second, completion second_done) {
-  pending_batch p[] = {{std::move(first), std::move(first_done), {}, 0}, {std::move(second), std::move(second_done), {}, 0}};
+  pending_batch p[] = {{std::move(first), std::move(first_done), {}, 0, {}}, {std::move(second), std::move(second_done), {}, 0, {}}};
   impl_->enqueue(p);
 }
 
@@ -1654,6 +1709,32 @@ void store::impl::observe_fsync(std::chrono::steady_clock::duration d) {
 }
 
 std::size_t store::queued_bytes() const { return impl_->queued_bytes.load(std::memory_order_relaxed); }
+
+std::uint64_t store::stored_bytes_of(std::string_view sender) const {
+  std::lock_guard lock(impl_->stored_mutex);
+  auto it = impl_->stored_by_sender.find(std::string(sender));
+  return it == impl_->stored_by_sender.end() || it->second < 0 ? 0 : static_cast<std::uint64_t>(it->second);
+}
+
+void store::add_stored_bytes(const std::vector<std::pair<std::string, std::uint64_t>>& by_sender) {
+  std::lock_guard lock(impl_->stored_mutex);
+  for (const auto& [sender, n] : by_sender) {
+    std::int64_t& total = impl_->stored_by_sender[sender];
+    total += static_cast<std::int64_t>(n);
+    if (total == 0) impl_->stored_by_sender.erase(sender);
+  }
+}
+
+bool store::stored_sender(table t, std::string_view value, std::string_view& sender, std::size_t& bytes) {
+  if (t == table::entries) {
+    if (value.size() <= 4) return false;
+    value.remove_prefix(4);  // the delivery count, then the message inline
+  } else if (t != table::messages) {
+    return false;
+  }
+  bytes = value.size();
+  return peek_sender(value, sender);
+}
 
 commit_stats store::stats() const {
   const impl& m = *impl_;

@@ -210,7 +210,8 @@ toml_keys limits_keys(broker_config& config) {
           {"max-prepared-branches-per-user", unsigned_field(config.max_prepared_branches_per_user, 1)},
           {"max-transaction-bytes", unsigned_field(config.max_transaction_bytes, 1)},
           {"max-transaction-bytes-per-user", unsigned_field(config.max_transaction_bytes_per_user, 1)},
-          {"max-queues-per-user", unsigned_field(config.max_queues_per_user, 1)}};
+          {"max-queues-per-user", unsigned_field(config.max_queues_per_user, 1)},
+          {"max-stored-bytes-per-user", unsigned_field(config.max_stored_bytes_per_user)}};
 }
 
 toml_keys security_keys(broker_config& config) {

@@ -82,6 +82,7 @@ const config_key kConfigKeys[] = {
     {"limits.max-transaction-bytes", same<&C::max_transaction_bytes>},
     {"limits.max-transaction-bytes-per-user", same<&C::max_transaction_bytes_per_user>},
     {"limits.max-queues-per-user", same<&C::max_queues_per_user>},
+    {"limits.max-stored-bytes-per-user", same<&C::max_stored_bytes_per_user>},
     {"security.users-file", same<&C::users_file>},
     {"security.login-backoff-max-ms", same<&C::login_backoff_max_ms>},
     {"security.populate-validated-user", same<&C::populate_validated_user>},

@@ -221,8 +221,12 @@ void broker::impl::receipt_after(const connection_ptr& c, const frame& request, 
   const std::string* id = request.find("receipt");
   std::optional<std::string> receipt_id = id ? std::optional<std::string>(*id) : std::nullopt;
   std::string command = request.command;
-  submit(std::move(b), [this, c, receipt_id, command, what = std::move(what), then = std::move(then)](
-                           const storage::status& s) {
+  // Until stored, its bytes are the connection's in limits.max-unstored-bytes (unstored_part.h).
+  std::uint64_t unstored_bytes = b.byte_size();
+  unstored.add(c->id, unstored_bytes);
+  submit(std::move(b), [this, c, receipt_id, command, unstored_bytes, what = std::move(what),
+                        then = std::move(then)](const storage::status& s) {
+    unstored.remove(c->id, unstored_bytes);
     if (!s.ok()) {
       // The ERROR first: it closes the connection, so that what `then` puts back is not handed
       // to this same connection again.
@@ -339,6 +343,7 @@ storage::status broker::open() {
   if (storage::status s = m.load_queues(loaded); !s.ok()) return s;
   if (storage::status ds = m.count_depths(); !ds.ok()) return ds;
   if (storage::status s = m.load_branches(prepared); !s.ok()) return s;
+  m.derive_store_quota();
   // The expiry and dead letter queues the settings name exist from the start, visible to browsers
   // and consumers before anything is moved there.
   storage::batch created;
@@ -355,6 +360,30 @@ storage::status broker::open() {
   return {};
 }
 
+// limits.max-stored-bytes-per-user when the file leaves it 0: with a users file, half of what the
+// store may hold (storage.max-size, else its pages now and the disk's free space above
+// storage.min-free-disk), so that one tenant leaves room for the others; without one, everyone is
+// the one anonymous user, whom storage.max-size and storage.min-free-disk already bound.
+void broker::impl::derive_store_quota() {
+  store_quota = config.max_stored_bytes_per_user;
+  if (store_quota != 0 || !auth) {
+    if (store_quota != 0) spdlog::info("limits.max-stored-bytes-per-user: {} bytes", store_quota);
+    return;
+  }
+  std::string of;
+  if (config.max_size != 0) {
+    store_quota = config.max_size / 2;
+    of = "storage.max-size";
+  } else {
+    (void)store.send_room(true);  // measures the room now
+    storage::commit_stats st = store.stats();
+    std::uint64_t disk = st.disk_free_bytes > config.min_free_disk ? st.disk_free_bytes - config.min_free_disk : 0;
+    store_quota = std::max<std::uint64_t>((st.live_bytes + disk) / 2, 1);
+    of = "the store's pages and the free disk above storage.min-free-disk";
+  }
+  spdlog::info("limits.max-stored-bytes-per-user: {} bytes (half of {}; set it to choose)", store_quota, of);
+}
+
 broker::broker(asio::io_context& io, storage::store& store, const broker_config& config)
     : impl_(std::make_unique<impl>(io, store, config)) {}
 
@@ -365,6 +394,7 @@ void broker::stop_store_readers() { impl_->stop_store_readers(); }
 std::uint64_t broker::new_connection_id() { return impl_->next_connection_id.fetch_add(1); }
 
 void broker::on_connect(std::uint64_t id, std::shared_ptr<outbound> out, connect_info info) {
+  impl_->unstored.open(id, info.user);  // before any of its frames (on_frames)
   impl_->post([m = impl_.get(), id, out = std::move(out), info = std::move(info)]() mutable {
     auto c = std::make_shared<connection>();
     c->id = id;
@@ -395,6 +425,7 @@ void broker::on_frames(std::uint64_t id, std::vector<frame> frames) {
   std::size_t bytes = 0;
   for (const auto& f : frames) bytes += f.body.size() + 64;
   impl_->inbound_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  impl_->unstored.add(id, bytes);
   impl_->post([m = impl_.get(), id, bytes, frames = std::move(frames)]() mutable {
     auto it = m->clients.connections.find(id);
     if (it != m->clients.connections.end()) {
@@ -406,19 +437,21 @@ void broker::on_frames(std::uint64_t id, std::vector<frame> frames) {
       m->flush();
     }
     m->inbound_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+    m->unstored.remove(id, bytes);
   });
 }
 
 void broker::stop_input() { impl_->input_stopped = true; }
 bool broker::input_stopped() const { return impl_->input_stopped.load(std::memory_order_relaxed); }
 
-bool broker::reading_paused() const {
+bool broker::reading_paused(std::uint64_t connection_id) const {
   if (input_stopped()) return true;
-  return impl_->inbound_bytes.load(std::memory_order_relaxed) + impl_->store.queued_bytes() >
-         impl_->config.max_unstored_bytes;
+  std::uint64_t total = impl_->inbound_bytes.load(std::memory_order_relaxed) + impl_->store.queued_bytes();
+  return impl_->unstored.paused(connection_id, total, impl_->config.max_unstored_bytes);
 }
 
 void broker::on_closed(std::uint64_t id) {
+  impl_->unstored.close(id);
   impl_->post([m = impl_.get(), id] {
     auto it = m->clients.connections.find(id);
     if (it == m->clients.connections.end()) return;

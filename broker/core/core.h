@@ -32,6 +32,7 @@
 #include "transactions_part.h"
 #include "topology_part.h"
 #include "undelivered_part.h"
+#include "unstored_part.h"
 #include "escrow/broker/security/security.h"
 
 namespace escrow::broker {
@@ -130,6 +131,17 @@ struct broker::impl {
   bool may_create_queue(connection& c, const std::string& storage_key, const frame* request);
   void count_queue(const queue& q, int delta);  // in or out of queues_by_user
   std::unordered_map<std::string, std::uint32_t> queues_by_user;  // queues their frames created
+  // limits.max-stored-bytes-per-user: a persistent SEND whose stored bytes (`bytes`) would take its
+  // user's above the quota gets the ERROR. What counts: the store's bytes by sender, what is being
+  // stored (storing_by_user) and what the user's open transactions hold (in_transaction: this
+  // SEND's bytes are among them already).
+  bool may_store(connection& c, std::uint64_t bytes, bool in_transaction, const frame& f);
+  void count_storing(const std::string& user, std::uint64_t bytes, bool done);
+  std::unordered_map<std::string, std::uint64_t> storing_by_user;  // submitted SENDs, not yet completed
+  std::uint64_t store_quota = 0;  // the quota in force (broker::open derives the default)
+  void derive_store_quota();     // broker.cpp, at open
+  // Who holds the bytes waiting for the core or the disk (unstored_part.h); any thread.
+  unstored_part unstored;
 
   // Runs a function on the core strand; set up by broker.cpp, which owns the Asio strand.
   std::function<void(std::function<void()>)> post;

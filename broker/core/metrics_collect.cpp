@@ -38,18 +38,35 @@ storage::status broker::impl::count_depths() {
     auto started = std::chrono::steady_clock::now();
     auto counts = std::make_shared<std::unordered_map<std::uint32_t, std::uint64_t>>();
     std::uint64_t total = 0;
-    storage::status s = store.scan(*at, storage::table::entries, {}, {}, [&](std::string_view k, std::string_view) {
+    // The same pass counts the bytes of each sender's stored records (limits.max-stored-bytes-per-
+    // user): the messages stored inline in their entry here, those shared by several entries below.
+    std::unordered_map<std::string, std::uint64_t> by_sender;
+    auto count_sender = [&](storage::table t, std::string_view v) {
+      std::string_view sender;
+      std::size_t bytes = 0;
+      if (storage::store::stored_sender(t, v, sender, bytes)) by_sender[std::string(sender)] += bytes;
+      return !stopping.load(std::memory_order_relaxed);
+    };
+    storage::status s = store.scan(*at, storage::table::entries, {}, {}, [&](std::string_view k, std::string_view v) {
       storage::entry_key key;
       if (storage::entry_key::decode(k, key)) {
         ++(*counts)[key.queue_id];
         ++total;
       }
-      return !stopping.load(std::memory_order_relaxed);
+      return count_sender(storage::table::entries, v);
     });
+    if (s.ok() && !stopping.load())
+      s = store.scan(*at, storage::table::messages, {}, {},
+                     [&](std::string_view, std::string_view v) { return count_sender(storage::table::messages, v); });
     if (!s.ok() || stopping.load()) {
-      if (!s.ok()) spdlog::error("counting the stored messages of each queue: {}; depths count from start", s.message());
+      if (!s.ok()) spdlog::error("counting the stored messages of each queue: {}; depths and stored bytes per user count from start", s.message());
       return;
     }
+    std::uint64_t sender_bytes = 0;
+    for (const auto& [sender, n] : by_sender) sender_bytes += n;
+    store.add_stored_bytes({by_sender.begin(), by_sender.end()});
+    spdlog::info("counted {} bytes of stored messages of {} senders (limits.max-stored-bytes-per-user)", sender_bytes,
+                 by_sender.size());
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
     post([this, counts, total, ms] {
       for (auto& [id, n] : *counts)

@@ -162,6 +162,7 @@ bool broker::impl::route(const connection_ptr& c, frame& f, routed_message& out,
 
   record.destination = *destination;
   record.timestamp = now_ms();
+  if (record.persistent) record.sender = c->info.user;  // limits.max-stored-bytes-per-user
   for (auto& [name, value] : f.headers) {
     // What the broker writes itself, and what another tenant could forge, is not the sender's.
     if (is_server_header(name) || is_reserved_header(name)) continue;
@@ -213,14 +214,22 @@ void broker::impl::handle_send(const connection_ptr& c, frame& f) {
         return error(*c, "SEND's " + name + " header '" + value + "' is not the user this connection logged in as ('" +
                              c->info.user + "'): leave it out or give your own login", &f);
   // What a transaction holds in memory until it ends is bounded, per transaction and per user.
-  if (branch && takes_work(*branch)) {
-    std::uint64_t bytes = f.body.size();
-    for (const auto& [name, value] : f.headers) bytes += name.size() + value.size() + 2;
-    if (!may_stage(*c, *branch, bytes, f)) return;
+  const bool in_transaction = branch && takes_work(*branch);
+  std::uint64_t staged = 0;
+  if (in_transaction) {
+    staged = f.body.size();
+    for (const auto& [name, value] : f.headers) staged += name.size() + value.size() + 2;
+    if (!may_stage(*c, *branch, staged, f)) return;
   }
   storage::batch b;
   routed_message routed;
   if (!route(c, f, routed, b)) return;
+  // What the user's SENDs keep stored is bounded too (limits.max-stored-bytes-per-user).
+  std::uint64_t storing = 0;
+  if (std::any_of(routed.entries.begin(), routed.entries.end(), [](const auto& e) { return e.second.stored; })) {
+    storing = in_transaction ? staged : routed.msg->record.encoded_size();
+    if (!may_store(*c, storing, in_transaction, f)) return;
+  }
 
   if (branch) {
     // Inside a transaction the message waits in the branch; nothing is visible before commit. A
@@ -254,8 +263,10 @@ void broker::impl::handle_send(const connection_ptr& c, frame& f) {
   storage::put_next_message_id(b, next_message_id);
 
   // Nobody sees the message until it is durable: consumers get it from the completion.
+  count_storing(c->info.user, storing, false);
   receipt_after(c, f, std::move(b), "message",
-                [this, entries = std::move(routed.entries)](bool stored) mutable {
+                [this, user = c->info.user, storing, entries = std::move(routed.entries)](bool stored) mutable {
+                  count_storing(user, storing, true);
                   if (stored) return publish(entries);
                   for (auto& [q, e] : entries)
                     if (e.stored) q->release_hold(e.key);

@@ -1,10 +1,11 @@
 // What one connection and one user may hold (docs/security.md, "Tenants" and "Limits"): connections
 // per user, open and prepared branches per connection and per user, the bytes of SENDs held in open
-// transactions, and the queues a user's frames create. Every refusal names the limit's key. Core
-// strand only.
+// transactions, the queues a user's frames create and the bytes of persistent messages its SENDs
+// keep stored. Every refusal names the limit's key. Core strand only.
 #include <spdlog/spdlog.h>
 
 #include "core.h"
+#include "escrow/storage/store.h"
 #include "escrow/xa.h"
 
 namespace escrow::broker {
@@ -117,6 +118,34 @@ void broker::impl::count_queue(const queue& q, int delta) {
   auto& n = queues_by_user[*q.creator];
   n = delta > 0 ? n + 1 : (n > 0 ? n - 1 : 0);
   if (n == 0) queues_by_user.erase(*q.creator);
+}
+
+}  // namespace escrow::broker
+
+namespace escrow::broker {
+
+bool broker::impl::may_store(connection& c, std::uint64_t bytes, bool in_transaction, const frame& f) {
+  if (store_quota == 0) return true;
+  const std::string& user = c.info.user;
+  std::uint64_t stored = store.stored_bytes_of(user);
+  auto storing = storing_by_user.find(user);
+  std::uint64_t held = stored + (storing == storing_by_user.end() ? 0 : storing->second);
+  auto staged = transactions.transaction_bytes_by_user.find(user);
+  if (staged != transactions.transaction_bytes_by_user.end()) held += staged->second;
+  std::uint64_t after = in_transaction ? held : held + bytes;
+  if (after <= store_quota) return true;
+  error(c, "message not stored: " + who(c) + " has " + std::to_string(in_transaction ? held - std::min(held, bytes) : held) +
+               " bytes of persistent messages stored, being stored or in open transactions, and this one of " +
+               std::to_string(bytes) + " bytes would take them above limits.max-stored-bytes-per-user (" +
+               std::to_string(store_quota) + "); consume some of them first",
+        &f);
+  return false;
+}
+
+void broker::impl::count_storing(const std::string& user, std::uint64_t bytes, bool done) {
+  std::uint64_t& n = storing_by_user[user];
+  n = done ? n - std::min(n, bytes) : n + bytes;
+  if (n == 0) storing_by_user.erase(user);
 }
 
 }  // namespace escrow::broker

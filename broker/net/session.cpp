@@ -289,9 +289,10 @@ asio::awaitable<void> basic_session<Stream>::read_loop() {
   asio::steady_timer pause(stream_.get_executor());
   while (!closing_) {
     // Back-pressure: while more than max-unstored-bytes of received frames wait for the core or
-    // the disk, nothing more is read; TCP then slows the producers down. Short polls: the wait
-    // ends as soon as the committer has caught up.
-    for (bool logged = false; connected_ && !closing_ && core_.reading_paused(); logged = true) {
+    // the disk, nothing more is read from the connections holding more than their share of them
+    // (from every one above twice the limit); TCP then slows those producers down. Short polls:
+    // the wait ends as soon as the committer has caught up.
+    for (bool logged = false; connected_ && !closing_ && core_.reading_paused(id_); logged = true) {
       if (!logged)
         spdlog::debug("connection {} ({}): reading paused: received frames wait for the core or the disk "
                       "(limits.max-unstored-bytes)", id_, peer_);

@@ -187,8 +187,9 @@ def test_undecodable_message_is_never_delivered(store, broker_factory, stomp_cli
     copy = tmp_path / "copy"
 
     def garble_m1(k, v):
-        # An entry whose inline message is m1: keep the delivery count, break the record's version.
-        if v.endswith(b"\x02m1") and f"/queue/{store.queue}".encode() in v:
+        # An entry whose inline message is m1 (the body, then the sender: "" for anonymous): keep
+        # the delivery count, break the record's version.
+        if v.endswith(b"\x02m1\x00") and f"/queue/{store.queue}".encode() in v:
             return v[:4] + b"\x07" + v[5:]
         return None
 

@@ -1,4 +1,4 @@
-// What each table holds, and the typed keys and values that live in it (schema version 4).
+// What each table holds, and the typed keys and values that live in it (schema version 5).
 //
 //   meta          "schema-version" -> u32;  "next-message-id" -> u64 (ids below it were used);
 //                 "next-queue-id" -> u32 (queue ids are never reused, even after a queue is dropped);
@@ -63,6 +63,9 @@ std::string expiry_key(std::uint64_t expires, const entry_key& entry);
 bool parse_expiry_key(std::string_view key, std::uint64_t& expires, entry_key& entry);
 // The `expires` field of an encoded message_record without decoding the rest; 0 when malformed.
 std::uint64_t peek_expires(std::string_view message_record_bytes);
+// The `sender` of an encoded message_record, skipping the rest without copying it: true and
+// `sender` set when it has one; false when it has none or is malformed.
+bool peek_sender(std::string_view message_record_bytes, std::string_view& sender);
 
 std::string encode_delivery_count(std::uint32_t count);
 std::uint32_t decode_delivery_count(std::string_view value);
@@ -89,6 +92,10 @@ struct message_record {
   std::string destination;
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
+  // The user whose SEND stored it ("" anonymous), counted in limits.max-stored-bytes-per-user;
+  // none for records stored before schema version 5. Optional at the end of the record; a dead
+  // letter or expired copy keeps it.
+  std::optional<std::string> sender;
 
   std::string encode() const;
   // Appends the encoding to `out` (straight into a batch: see put_message), exactly

@@ -32,8 +32,10 @@ namespace escrow::storage {
 // subscription keys may end with their owner (docs/storage.md). 4: the store has a commit log
 // (the file `log`, commit_log.h) whose last records LMDB may not hold yet. A version-2 or -3
 // store reads as it is and is marked 4 at open (and gets its log), so that an older release,
-// which would ignore the log, refuses it clearly.
-inline constexpr std::uint32_t kSchemaVersion = 4;
+// which would ignore the log, refuses it clearly. 5: a message record may end with its sender
+// (schema.h); an older store reads as it is and is marked 5, so that an older release, which
+// would take such records for corrupt ones, refuses it.
+inline constexpr std::uint32_t kSchemaVersion = 5;
 inline constexpr std::uint32_t kOldestSchemaVersion = 2;  // the oldest that opens (and is upgraded)
 
 struct store_options {
@@ -156,6 +158,16 @@ class store {
   commit_stats stats() const;
   // Bytes of batches submitted and not yet completed (what waits for the disk). Any thread.
   std::size_t queued_bytes() const;
+  // Bytes of stored message records by their sender (message_record::sender; records without one
+  // count for nobody), each record once however many entries share it: changed by every commit
+  // since open, plus what add_stored_bytes() added. Any thread (a lock of its own).
+  std::uint64_t stored_bytes_of(std::string_view sender) const;
+  // The count of what was stored at open, by sender (from a snapshot taken at open, before any
+  // change: see broker::impl::count_depths), added once. Any thread.
+  void add_stored_bytes(const std::vector<std::pair<std::string, std::uint64_t>>& by_sender);
+  // The sender and record size of a stored value: an entries value with its message inline, or a
+  // messages value. False when it has no sender (or no message, or does not decode).
+  static bool stored_sender(table t, std::string_view value, std::string_view& sender, std::size_t& bytes);
   // False once a commit or sync failed: every later write is refused until escrowd restarts.
   bool writable() const;
 

@@ -82,6 +82,9 @@ struct broker_config {
   std::uint64_t max_transaction_bytes = 64ull << 20;           // SEND bytes one open transaction holds
   std::uint64_t max_transaction_bytes_per_user = 256ull << 20;  // the same over all of a user's transactions
   std::uint32_t max_queues_per_user = 10000;  // queues and durable subscriptions a user's frames created
+  // Bytes of persistent messages a user's SENDs have stored (docs/security.md, "Tenants"); 0: half
+  // of what the store may hold (storage.max-size, else the disk at start: broker::open).
+  std::uint64_t max_stored_bytes_per_user = 0;
 
   // security (docs/security.md). No users file: anonymous access with every permission, which
   // escrowd allows only when every STOMP listener is on a loopback address.

@@ -75,9 +75,11 @@ class broker {
 
   // The session accepted CONNECT: the core answers CONNECTED through `out`.
   void on_connect(std::uint64_t connection_id, std::shared_ptr<outbound> out, connect_info info);
-  // Whether sessions should stop reading for now: more than limits.max-unstored-bytes of received
-  // frames wait for the core or for the disk. Thread-safe.
-  bool reading_paused() const;
+  // Whether the session of `connection_id` should stop reading for now: more than
+  // limits.max-unstored-bytes of received frames wait for the core or for the disk, and this
+  // connection (or its user) holds more than its share of them; above twice the limit, every
+  // session stops (docs/security.md, "Limits"). Thread-safe.
+  bool reading_paused(std::uint64_t connection_id) const;
   // The graceful stop: from now on no session hands the core another frame (what it reads is
   // dropped), so that the last writes and their receipts are a closed set. Thread-safe.
   void stop_input();
