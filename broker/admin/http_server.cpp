@@ -1,26 +1,34 @@
 // Boost.Beast HTTP/1.1 for /metrics, /status and /health. Each connection is a coroutine on its own
-// strand: read one request (headers at most 8 KiB, a body at most 4 KiB, 10 s to arrive), answer,
-// repeat while the client keeps the connection alive. A request must carry exactly one Host header
+// strand: read one request (headers at most 8 KiB, else 431; a body at most 4 KiB, else 413; 10 s
+// for the whole request to arrive), answer, repeat while the client keeps the connection alive. At
+// most [http] max-connections are served at once: the next is answered 503 and closed at accept.
+// With no file descriptor left, the accept loop closes what waits and pauses (descriptors.h). A request must carry exactly one Host header
 // naming this endpoint (400 without, 421 for another name) and, with a token file, the bearer token
 // (401; /health needs none). Then only GET and HEAD; other methods get 405, other paths 404.
 #include "escrow/broker/admin/http_server.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <array>
 #include <atomic>
 #include <limits>
 #include <memory>
+#include <tuple>
+#include <utility>
 
 #include "escrow/broker/core/broker.h"
 #include "escrow/broker/admin/metrics_text.h"
+#include "escrow/common/descriptors.h"
 
 namespace escrow::broker {
 
@@ -36,6 +44,14 @@ constexpr std::size_t kHeaderLimit = 8 * 1024;
 constexpr std::size_t kBodyLimit = 4 * 1024;
 constexpr auto kTimeout = std::chrono::seconds(10);
 constexpr auto kRefusalLogInterval = std::chrono::seconds(60);
+// Out of file descriptors: how long the accept loop pauses, and the most waiting connections it
+// closes each time (each peer reads a 503 instead of hanging in the listen queue).
+constexpr auto kDescriptorPause = std::chrono::milliseconds(100);
+constexpr int kShedPerPause = 256;
+// The most of a refused request's bytes read (and dropped) before the connection closes, so that
+// the client reads the answer instead of a reset.
+constexpr std::size_t kDrainLimit = 64 * 1024;
+constexpr auto kDrainTimeout = std::chrono::seconds(1);
 
 // Asks the core for a snapshot; completes on the caller's executor.
 template <typename Token>
@@ -154,7 +170,64 @@ asio::awaitable<response> answer(const http::request<http::string_body>& req, ht
   co_return make_response(req, http::status::ok, text, "ok\n");
 }
 
-asio::awaitable<void> serve(tcp::socket socket, http_context& context) {
+// An answer to a request that could not be read whole (431, 413): plain text, and the connection closes.
+response unread_request_response(http::status status, std::string body) {
+  response res{status, 11};
+  res.set(http::field::server, "escrowd/" + std::string(kVersion));
+  res.set(http::field::content_type, "text/plain; charset=utf-8");
+  res.set(http::field::cache_control, "no-store");
+  res.set("X-Content-Type-Options", "nosniff");
+  res.keep_alive(false);
+  res.body() = std::move(body);
+  res.prepare_payload();
+  return res;
+}
+
+// A raw HTTP/1.1 answer that closes the connection, for refusals at accept (no request read).
+std::string raw_response(std::string_view status_line, std::string_view body) {
+  return fmt::format("HTTP/1.1 {}\r\nServer: escrowd/{}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                     "Retry-After: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{}",
+                     status_line, kVersion, body.size(), body);
+}
+
+// The request broke the header or body limit: answer 431 or 413, read what else the client sent
+// (a little, briefly), and let the connection close.
+asio::awaitable<void> refuse_unread(beast::tcp_stream& stream, const boost::system::error_code& ec,
+                                    const std::string& peer) {
+  bool header = ec == http::error::header_limit;
+  log_refusal(peer, header ? "its header section is over 8192 bytes (431)" : "its body is over 4096 bytes (413)");
+  response res = header ? unread_request_response(http::status::request_header_fields_too_large,
+                                                  "request header fields too large: at most 8192 bytes of headers\n")
+                        : unread_request_response(http::status::payload_too_large,
+                                                  "content too large: a request body is at most 4096 bytes\n");
+  stream.expires_after(kTimeout);
+  auto [wec, written] = co_await http::async_write(stream, res, asio::as_tuple(asio::use_awaitable));
+  if (wec) co_return;
+  boost::system::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  std::array<char, 4096> sink;
+  stream.expires_after(kDrainTimeout);
+  for (std::size_t drained = 0; drained < kDrainLimit;) {
+    auto [rec, n] = co_await stream.async_read_some(asio::buffer(sink), asio::as_tuple(asio::use_awaitable));
+    if (rec) break;
+    drained += n;
+  }
+}
+
+// One HTTP connection counted in http_context::open_connections while it lives.
+struct counted_connection {
+  explicit counted_connection(http_context& c) : context(&c) { context->open_connections.fetch_add(1); }
+  counted_connection(counted_connection&& other) noexcept : context(std::exchange(other.context, nullptr)) {}
+  counted_connection(const counted_connection&) = delete;
+  counted_connection& operator=(const counted_connection&) = delete;
+  counted_connection& operator=(counted_connection&&) = delete;
+  ~counted_connection() {
+    if (context) context->open_connections.fetch_sub(1);
+  }
+  http_context* context;
+};
+
+asio::awaitable<void> serve(tcp::socket socket, http_context& context, counted_connection) {
   boost::system::error_code peer_error;
   auto remote = socket.remote_endpoint(peer_error);
   std::string peer =
@@ -166,10 +239,18 @@ asio::awaitable<void> serve(tcp::socket socket, http_context& context) {
     parser.header_limit(kHeaderLimit);
     parser.body_limit(kBodyLimit);
     stream.expires_after(kTimeout);
-    auto [ec, n] = co_await http::async_read(stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
+    auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
+    // Beast's own header limit leaves out part of the start of the request: the bytes the header
+    // took (request line, fields, blank line) are the exact measure.
+    if (!ec && n > kHeaderLimit) ec = http::error::header_limit;
+    if (!ec) std::tie(ec, n) = co_await http::async_read(stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
+    if (ec == http::error::header_limit || ec == http::error::body_limit) {
+      co_await refuse_unread(stream, ec, peer);
+      break;
+    }
     if (ec) {
       // end_of_stream and timeouts are the ordinary end of a connection; anything else is a
-      // client that broke HTTP or a limit, worth a debug line.
+      // client that broke HTTP, worth a debug line.
       if (ec != http::error::end_of_stream && ec != beast::error::timeout)
         spdlog::debug("http: request not read: {}", ec.message());
       break;
@@ -185,17 +266,60 @@ asio::awaitable<void> serve(tcp::socket socket, http_context& context) {
   stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
 }
 
+// No file descriptor left: close what waits (each peer reads `farewell`), log once per interval, pause.
+asio::awaitable<void> pause_for_descriptors(tcp::acceptor& acceptor, spare_descriptor& spare,
+                                            std::string_view farewell, const boost::system::error_code& ec) {
+  static log_throttle throttle(std::chrono::seconds(10));
+  int shed = acceptor.is_open() ? spare.shed(acceptor.native_handle(), farewell, kShedPerPause) : 0;
+  if (std::uint64_t held_back = 0; throttle.due(held_back))
+    spdlog::warn("http: accept failed: {}: escrowd has no file descriptor left; answered {} waiting connections "
+                 "503 and pauses accepting for {} ms each time ({} more times since the last such line). Raise "
+                 "LimitNOFILE (ulimit -n) or lower [http] max-connections and limits.max-connections",
+                 ec.message(), shed, kDescriptorPause.count(), held_back);
+  asio::steady_timer pause(acceptor.get_executor());
+  pause.expires_after(kDescriptorPause);
+  co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+}
+
+// [http] max-connections open already: a 503 the socket takes without waiting, then close.
+template <typename Socket>
+void refuse_over_cap(Socket& socket, const http_context& context) {
+  boost::system::error_code ec;
+  auto remote = socket.remote_endpoint(ec);
+  std::string peer = ec ? "an unknown peer" : remote.address().to_string() + ":" + std::to_string(remote.port());
+  log_refusal(peer, fmt::format("{} HTTP connections are open ([http] max-connections)", context.max_connections));
+  std::string bytes = raw_response(
+      "503 Service Unavailable",
+      fmt::format("service unavailable: {} HTTP connections are open, the most this endpoint serves at once "
+                  "([http] max-connections); try again later\n",
+                  context.max_connections));
+  socket.non_blocking(true, ec);
+  socket.write_some(asio::buffer(bytes), ec);
+  socket.close(ec);
+}
+
 asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, http_context& context) {
+  spare_descriptor spare;
+  const std::string farewell =
+      raw_response("503 Service Unavailable", "service unavailable: escrowd has no file descriptor left; try again later\n");
   for (;;) {
     auto [ec, socket] = co_await acceptor.async_accept(asio::make_strand(acceptor.get_executor()),
                                                        asio::as_tuple(asio::use_awaitable));
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+      if (out_of_descriptors(ec.value())) {
+        co_await pause_for_descriptors(acceptor, spare, farewell, ec);
+        continue;
+      }
       spdlog::warn("http: accept failed: {}", ec.message());
       continue;
     }
+    if (context.open_connections.load() >= context.max_connections) {
+      refuse_over_cap(socket, context);
+      continue;
+    }
     auto executor = socket.get_executor();
-    asio::co_spawn(executor, serve(std::move(socket), context), asio::detached);
+    asio::co_spawn(executor, serve(std::move(socket), context, counted_connection(context)), asio::detached);
   }
 }
 

@@ -211,7 +211,10 @@ toml_keys limits_keys(broker_config& config) {
           {"max-transaction-bytes", unsigned_field(config.max_transaction_bytes, 1)},
           {"max-transaction-bytes-per-user", unsigned_field(config.max_transaction_bytes_per_user, 1)},
           {"max-queues-per-user", unsigned_field(config.max_queues_per_user, 1)},
-          {"max-stored-bytes-per-user", unsigned_field(config.max_stored_bytes_per_user)}};
+          {"max-stored-bytes-per-user", unsigned_field(config.max_stored_bytes_per_user)},
+          {"max-unauthenticated-per-address", unsigned_field(config.max_unauthenticated_per_address, 1)},
+          {"max-unauthenticated-connections", unsigned_field(config.max_unauthenticated_connections)},
+          {"first-byte-timeout-ms", unsigned_field(config.first_byte_timeout_ms, 1, 86'400'000)}};
 }
 
 toml_keys security_keys(broker_config& config) {
@@ -276,7 +279,8 @@ toml_keys http_keys(const std::string& path, broker_config& config) {
              config.http_token_file_where = where(path, n, "http.token-file");
              return "";
            }},
-          {"max-queue-metrics", unsigned_field(config.max_queue_metrics, 0, 1000000)}};
+          {"max-queue-metrics", unsigned_field(config.max_queue_metrics, 0, 1000000)},
+          {"max-connections", unsigned_field(config.http_max_connections, 1, 100000)}};
 }
 
 toml_keys admin_keys(broker_config& config) {

@@ -1,10 +1,15 @@
 // Wiring: TLS contexts, store, core, acceptors (plain and TLS), sessions, signals and the I/O
-// thread pool.
+// thread pool. The accept loops refuse a connection over limits.max-connections or the limits of
+// connections not yet logged in (prelogin.h) before any session exists, and pause when the process
+// is out of file descriptors (escrow/common/descriptors.h).
 #include "escrow/broker/net/server.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <boost/asio/as_tuple.hpp>
@@ -14,6 +19,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <functional>
@@ -29,6 +35,8 @@
 #include "escrow/storage/store.h"
 #include "escrow/broker/admin/admin.h"
 #include "escrow/broker/admin/http_server.h"
+#include "escrow/common/descriptors.h"
+#include "prelogin.h"
 #include "session.h"
 #include "tls.h"
 
@@ -66,42 +74,143 @@ struct session_registry {
   }
 };
 
+// When the process has no file descriptor left (EMFILE, ENFILE), an accept loop closes the
+// connections waiting for it (with the spare descriptor) and pauses this long before it accepts
+// again, instead of retrying at once: the retries spun a core and wrote a log line each.
+constexpr auto kDescriptorPause = std::chrono::milliseconds(100);
+constexpr int kShedPerPause = 256;
+// Refusals at accept are logged at warn level once per interval (with how many were not), every
+// one at debug level: a flood of connections must not become a flood of log lines.
+constexpr auto kAcceptLogInterval = std::chrono::seconds(10);
+
+// What a plain client refused at accept reads: an ERROR frame (best effort, never blocking).
+std::string refusal_frame(std::string_view message, std::string_view body) {
+  std::string bytes = "ERROR\ncontent-type:text/plain\nmessage:" + std::string(message) + "\n\n" + std::string(body);
+  bytes.push_back('\0');
+  return bytes;
+}
+
+// Refuses an accepted connection: a plain client reads `message` in an ERROR frame, a TLS one is closed.
+template <typename Socket>
+void refuse(Socket& socket, bool tls, std::string_view message, std::string_view body) {
+  boost::system::error_code ignored;
+  if (!tls) {
+    std::string bytes = refusal_frame(message, body);
+    socket.non_blocking(true, ignored);
+    socket.write_some(asio::buffer(bytes), ignored);  // never blocks the acceptor
+  }
+  socket.close(ignored);
+}
+
+// Logs a refusal at warn level when `throttle` lets it through (saying how many were not), else at debug.
+void log_refusal(log_throttle& throttle, const std::string& line) {
+  if (std::uint64_t held_back = 0; throttle.due(held_back))
+    spdlog::warn("{} ({} more refusals of this kind since the last such line; every one is logged at debug level)",
+                 line, held_back);
+  else
+    spdlog::debug("{}", line);
+}
+
+// The address connections not yet logged in are counted by: an IPv4 address as it is, an IPv6 one
+// by its /64 (one site or host has a whole /64 to connect from).
+std::string prelogin_key(const asio::ip::address& address) {
+  if (address.is_v4()) return address.to_string();
+  auto v6 = address.to_v6();
+  if (v6.is_v4_mapped()) return asio::ip::make_address_v4(asio::ip::v4_mapped, v6).to_string();
+  auto bytes = v6.to_bytes();
+  std::fill(bytes.begin() + 8, bytes.end(), 0);
+  return asio::ip::address_v6(bytes).to_string() + "/64";
+}
+
+// The connection limits checked at accept, before a session exists: limits.max-connections, then
+// the connections not yet logged in (prelogin.h). "" when `peer` may come in (its slot in `slot`),
+// else the ERROR's message, naming the limit.
+std::string admit(const tcp::endpoint& peer, const broker_config& config, session_registry& registry,
+                  prelogin_counts& prelogin, prelogin_slot& slot) {
+  static log_throttle connections(kAcceptLogInterval), total(kAcceptLogInterval), per_address(kAcceptLogInterval);
+  std::string who = peer.address().to_string();
+  if (registry.live() >= config.max_connections) {
+    log_refusal(connections, fmt::format("connection from {} refused: {} connections open (limits.max-connections)",
+                                         who, config.max_connections));
+    return "too many connections (limits.max-connections)";
+  }
+  std::string key = prelogin_key(peer.address());
+  std::uint32_t cap = unauthenticated_cap(config);
+  switch (prelogin.admit(key, config.max_unauthenticated_per_address, cap)) {
+    case prelogin_counts::verdict::admitted:
+      slot = prelogin_slot(prelogin, key);
+      return "";
+    case prelogin_counts::verdict::over_total:
+      log_refusal(total, fmt::format("connection from {} refused: {} connections are not logged in yet "
+                                     "(limits.max-unauthenticated-connections)", who, cap));
+      return "too many connections not logged in yet (limits.max-unauthenticated-connections)";
+    case prelogin_counts::verdict::over_address:
+      log_refusal(per_address, fmt::format("connection from {} refused: {} connections from {} are not logged in "
+                                           "yet (limits.max-unauthenticated-per-address)",
+                                           who, config.max_unauthenticated_per_address, key));
+      return "too many connections not logged in yet from this address (limits.max-unauthenticated-per-address)";
+  }
+  return "";
+}
+
+// The process is out of descriptors: close what waits on `acceptor` (the spare makes room for
+// each accept), log once per interval, pause. `farewell` is what each closed peer is sent.
+asio::awaitable<void> pause_for_descriptors(tcp::acceptor& acceptor, spare_descriptor& spare, std::string_view farewell,
+                                            const boost::system::error_code& ec) {
+  static log_throttle throttle(kAcceptLogInterval);
+  int shed = acceptor.is_open() ? spare.shed(acceptor.native_handle(), farewell, kShedPerPause) : 0;
+  if (std::uint64_t held_back = 0; throttle.due(held_back)) {
+    rlimit limit{};
+    ::getrlimit(RLIMIT_NOFILE, &limit);
+    spdlog::warn("accept failed: {}: escrowd has no file descriptor left (RLIMIT_NOFILE {}); closed {} waiting "
+                 "connections and pauses accepting for {} ms each time ({} more times since the last such line). "
+                 "Raise LimitNOFILE (ulimit -n) or lower limits.max-connections",
+                 ec.message(), limit.rlim_cur, shed, kDescriptorPause.count(), held_back);
+  }
+  asio::steady_timer pause(acceptor.get_executor());
+  pause.expires_after(kDescriptorPause);
+  co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
+}
+
 // Accepts connections for one listener; `tls` is its context, nullptr for a plain listener.
 asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, broker& core, const broker_config& config,
-                                  session_registry& registry, asio::ssl::context* tls) {
+                                  session_registry& registry, prelogin_counts& prelogin, asio::ssl::context* tls) {
+  spare_descriptor spare;
+  const std::string farewell =
+      tls ? "" : refusal_frame("the broker is out of file descriptors; try again later", "try again later\n");
   for (;;) {
     auto [ec, socket] = co_await acceptor.async_accept(asio::make_strand(acceptor.get_executor()),
                                                        asio::as_tuple(asio::use_awaitable));
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+      if (out_of_descriptors(ec.value())) {
+        co_await pause_for_descriptors(acceptor, spare, farewell, ec);
+        continue;
+      }
       spdlog::warn("accept failed: {}", ec.message());
       continue;
     }
-    // limits.max-connections: refused before any session is made, so a flood of connections costs
-    // a file descriptor for a moment and no more. A plain client is told why.
-    if (registry.live() >= config.max_connections) {
-      boost::system::error_code ignored;
-      auto peer = socket.remote_endpoint(ignored);
-      spdlog::warn("connection from {} refused: {} connections open (limits.max-connections)",
-                   peer.address().to_string(), config.max_connections);
-      if (!tls) {
-        static const std::string refusal =
-            "ERROR\ncontent-type:text/plain\nmessage:too many connections (limits.max-connections)\n\n"
-            "the broker has its maximum number of connections open; try again later\n";
-        std::string bytes = refusal;
-        bytes.push_back('\0');
-        socket.non_blocking(true, ignored);
-        socket.write_some(asio::buffer(bytes), ignored);  // best effort: never blocks the acceptor
-      }
-      socket.close(ignored);
+    // Refused before any session is made, so a flood of connections costs a file descriptor for a
+    // moment and no more. A plain client is told why.
+    boost::system::error_code peer_error;
+    auto peer = socket.remote_endpoint(peer_error);
+    if (peer_error) {  // the peer has gone already
+      socket.close(peer_error);
+      continue;
+    }
+    prelogin_slot slot;
+    if (std::string refusal = admit(peer, config, registry, prelogin, slot); !refusal.empty()) {
+      refuse(socket, tls != nullptr, refusal, "the broker refused this connection; try again later\n");
       continue;
     }
     if (tls) {
       auto s = std::make_shared<tls_session>(tls_stream(std::move(socket), *tls), core, config);
+      s->hold(std::move(slot));
       registry.add(s);
       s->start();
     } else {
       auto s = std::make_shared<plain_session>(std::move(socket), core, config);
+      s->hold(std::move(slot));
       registry.add(s);
       s->start();
     }
@@ -160,6 +269,7 @@ bool start_http(asio::io_context& io, const asio::any_io_executor& accepts, cons
   spdlog::info("http listening on {}:{}", bound.address().to_string(), bound.port());
   bool token = !tokens.empty();
   http.port = bound.port();
+  http.max_connections = config.http_max_connections;
   auto access = std::make_shared<http_access>(
       make_http_access(config.http_listen->host, bound.port(), config.http_allowed_hosts, std::move(tokens)));
   if (token)
@@ -290,7 +400,7 @@ unsigned io_threads_for(const broker_config& config) {
 // first one) and starts its accept loop on `accepts`; tells `http` and the core where they are.
 // False (logged) when one cannot bind.
 bool start_listeners(asio::io_context& io, const asio::any_io_executor& accepts, const broker_config& config,
-                     broker& core, session_registry& registry,
+                     broker& core, session_registry& registry, prelogin_counts& prelogin,
                      const std::vector<std::unique_ptr<asio::ssl::context>>& tls_contexts, http_context& http,
                      std::vector<std::unique_ptr<tcp::acceptor>>& acceptors) {
   std::size_t listeners = config.listen.size() + config.tls_listeners.size();
@@ -304,7 +414,7 @@ bool start_listeners(asio::io_context& io, const asio::any_io_executor& accepts,
     std::string where = bound.address().to_string() + ":" + std::to_string(bound.port());
     // Tests and scripts read this line to learn the port when 0 was asked for.
     spdlog::info("listening on {}{}", where, tls ? " (tls)" : "");
-    asio::co_spawn(accepts, accept_loop(*acceptor, core, config, registry, context), asio::detached);
+    asio::co_spawn(accepts, accept_loop(*acceptor, core, config, registry, prelogin, context), asio::detached);
     acceptors.push_back(std::move(acceptor));
     http.listeners.push_back(tls ? where + " (tls)" : where);
   }
@@ -371,6 +481,8 @@ int run_server(const broker_config& config) {
   if (int code = open_store(config, store); code != 0) return code;
 
   unsigned io_threads = io_threads_for(config);
+  // Before the I/O context: sessions still queued in it at the end hold slots of it.
+  prelogin_counts prelogin;
   asio::io_context io(static_cast<int>(io_threads));
   // After the I/O context, so destroyed before it: the login threads join while the context the
   // checks answer to still exists.
@@ -412,7 +524,7 @@ int run_server(const broker_config& config) {
   on_stop_signal(signals, accepts, io, core, http, registry, acceptors);
   asio::signal_set hangups(io, SIGHUP);
   on_hangup(hangups, config, core, http);
-  if (!start_listeners(io, accepts, config, core, registry, tls_contexts, http, acceptors) ||
+  if (!start_listeners(io, accepts, config, core, registry, prelogin, tls_contexts, http, acceptors) ||
       !start_http(io, accepts, config, http, std::move(http_tokens), acceptors))
     return kCannotStart;
   http.listeners_up = true;

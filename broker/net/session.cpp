@@ -18,16 +18,17 @@
 
 #include "escrow/broker/security/authenticator.h"
 #include "escrow/broker/security/names.h"
+#include "escrow/common/descriptors.h"
 
 namespace escrow::broker {
 
 namespace asio = boost::asio;
 using asio::use_awaitable;
 constexpr auto kNoThrow = asio::as_tuple(use_awaitable);
-
-namespace {
 // How often a connection whose login waits for its check looks whether its client has gone.
 constexpr std::chrono::milliseconds kClosedLoginPoll{100};
+
+namespace {
 
 // The calling thread's buffer for plain reads. A function of its own, not a thread_local in the
 // coroutine: a coroutine resumed on another thread must not keep the first thread's address.
@@ -39,6 +40,7 @@ constexpr std::chrono::milliseconds kClosedLoginPoll{100};
 
 // Submits a password check to the authenticator and completes with its verdict on the caller's
 // executor; the I/O thread is free meanwhile.
+// `ticket` gets the check's ticket (for authenticator::cancel) as soon as it is queued.
 template <typename Token>
 auto async_check(authenticator& auth, login_request request, std::uint64_t& ticket, Token&& token) {
   return asio::async_initiate<Token, void(login_result)>(
@@ -52,9 +54,6 @@ auto async_check(authenticator& auth, login_request request, std::uint64_t& tick
       token, std::move(request));
 }
 
-}  // namespace
-
-template <typename Stream>
 // Whether the peer has closed its side (or reset the connection), without reading: data it sent
 // after CONNECT stays where it is.
 bool peer_has_closed(int fd) {
@@ -62,6 +61,22 @@ bool peer_has_closed(int fd) {
   return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
+// limits.first-byte-timeout-ms closes sockets that never speak (port scans, a flood of idle
+// connections): one line per interval at info level, every one at debug level.
+void log_first_byte_timeout(std::uint64_t id, const std::string& peer, std::uint64_t ms) {
+  static log_throttle throttle(std::chrono::seconds(10));
+  if (std::uint64_t held_back = 0; throttle.due(held_back))
+    spdlog::info("connection {} ({}): nothing received within {} ms of connecting (limits.first-byte-timeout-ms); "
+                 "closed ({} more such connections closed since the last line; every one at debug level)",
+                 id, peer, ms, held_back);
+  else
+    spdlog::debug("connection {} ({}): nothing received within {} ms of connecting (limits.first-byte-timeout-ms); "
+                  "closed", id, peer, ms);
+}
+
+}  // namespace
+
+template <typename Stream>
 basic_session<Stream>::basic_session(Stream stream, broker& core, const broker_config& config)
     : stream_(std::move(stream)), core_(core), config_(config), id_(core.new_connection_id()),
       parser_(config.frames), wake_writer_(stream_.get_executor()), watchdog_timer_(stream_.get_executor()),
@@ -97,6 +112,7 @@ void basic_session<Stream>::run() {
 template <typename Stream>
 asio::awaitable<void> basic_session<Stream>::handshake() {
   if constexpr (kTls) {
+    if (!co_await first_byte()) co_return;
     watchdog_timer_.expires_at(started_ + std::chrono::milliseconds(config_.connect_timeout_ms));
     watchdog_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (ec || self->handshake_done_) return;
@@ -123,6 +139,32 @@ asio::awaitable<void> basic_session<Stream>::handshake() {
     run();
   }
   co_return;
+}
+
+// TLS: waits for the client's first byte (its ClientHello), at most limits.first-byte-timeout-ms
+// (and never past connect-timeout-ms); false, the socket closed, when none came or it failed.
+template <typename Stream>
+asio::awaitable<bool> basic_session<Stream>::first_byte() {
+  auto limit = std::min(config_.first_byte_timeout_ms, config_.connect_timeout_ms);
+  watchdog_timer_.expires_at(started_ + std::chrono::milliseconds(limit));
+  watchdog_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || self->received_any_) return;
+    self->handshake_timed_out_ = true;
+    self->close_socket();
+  });
+  auto [ec] = co_await stream_.lowest_layer().async_wait(asio::ip::tcp::socket::wait_read, kNoThrow);
+  bool timed_out = handshake_timed_out_;
+  received_any_ = !ec && !timed_out && !closing_;
+  watchdog_timer_.cancel();
+  if (received_any_) co_return true;
+  handshake_timed_out_ = false;
+  if (timed_out && limit < config_.connect_timeout_ms)
+    log_first_byte_timeout(id_, peer_, limit);
+  else if (timed_out)
+    spdlog::info("connection {} from {}: TLS handshake not finished within {} ms (connect-timeout-ms); closed", id_,
+                 peer_, config_.connect_timeout_ms);
+  close_socket();
+  co_return false;
 }
 
 template <typename Stream>
@@ -168,12 +210,18 @@ void basic_session<Stream>::enqueue(std::string bytes, bool close_after) {
 // A protocol error seen by the session: ERROR, then close; nothing more is read or handed on.
 template <typename Stream>
 void basic_session<Stream>::fail(const std::string& problem, const std::optional<std::string>& receipt) {
+  spdlog::info("connection {} ({}): ERROR {}", id_, peer_, problem);
+  send_error(problem, receipt);
+}
+
+// ERROR, then close, without a log line (the caller logs, or not).
+template <typename Stream>
+void basic_session<Stream>::send_error(const std::string& problem, const std::optional<std::string>& receipt) {
   frame e{"ERROR", {{"message", problem}}, {}};
   if (receipt) e.add("receipt-id", *receipt);
   e.body = problem + "\n";
   e.add("content-type", "text/plain");
   e.add("content-length", std::to_string(e.body.size()));
-  spdlog::info("connection {} ({}): ERROR {}", id_, peer_, problem);
   std::string bytes = encode(e);
   pending_bytes_.fetch_add(bytes.size(), std::memory_order_relaxed);
   enqueue(std::move(bytes), true);
@@ -220,6 +268,7 @@ bool basic_session<Stream>::on_connect(const frame& f) {
   }
   parser_.set_version(*chosen);
   connected_ = true;
+  prelogin_.release();  // logged in: no longer counts against limits.max-unauthenticated-*
   connect_info info;
   info.version = *chosen;
   info.peer_certificate_subject = peer_subject_;
@@ -266,10 +315,12 @@ asio::awaitable<login_result> basic_session<Stream>::authenticate(const frame& f
   login_request request{peer_ip_, std::string(f.get("login")), std::string(f.get("passcode")), peer_subject_};
   if (auto at_once = auth->answer_at_once(request)) co_return std::move(*at_once);
   connect_received_ = true;
+  watchdog_timer_.cancel();  // from now on it watches for the client closing while the check waits
   // Named, not a temporary inside the co_await expression: g++ 12 destroyed such temporaries'
   // members twice (free(): invalid pointer at the first login).
   auto check = async_check(*auth, std::move(request), login_ticket_, use_awaitable);
   login_result verdict = co_await std::move(check);
+  login_ticket_ = 0;
   co_return verdict;
 }
 
@@ -318,14 +369,13 @@ asio::awaitable<void> basic_session<Stream>::read_loop() {
         std::vector<char>& scratch = read_scratch(kReadChunk);  // this thread's, after any resumption
         buffer = scratch.data();  // used before the next suspension only
         n = stream_.read_some(asio::buffer(scratch), ec);  // the socket is non-blocking
-  watchdog_timer_.cancel();  // from now on it watches for the client closing while the check waits
         if (ec != asio::error::would_block && ec != asio::error::try_again) break;
         std::tie(ec) = co_await stream_.async_wait(asio::ip::tcp::socket::wait_read, kNoThrow);
         if (ec || closing_) break;
       }
-  login_ticket_ = 0;
     }
     if (ec || closing_) break;
+    received_any_ = true;
     if (core_.input_stopped()) continue;  // a graceful stop: dropped; the loop waits to be closed
     last_read_ = clock::now();
     // A TLS ClientHello (a handshake record: 0x16 0x03) on a plain listener: the client expects
@@ -467,6 +517,17 @@ asio::awaitable<void> basic_session<Stream>::watchdog() {
       }
     } else if (!connected_) {
       auto deadline = started_ + std::chrono::milliseconds(config_.connect_timeout_ms);
+      // limits.first-byte-timeout-ms: a socket that has said nothing at all goes well before a
+      // slow CONNECT would (an idle flood holds connections for seconds, not connect-timeout-ms).
+      auto silent_until = started_ + std::chrono::milliseconds(config_.first_byte_timeout_ms);
+      if (!received_any_ && now >= silent_until && silent_until < deadline) {
+        log_first_byte_timeout(id_, peer_, config_.first_byte_timeout_ms);
+        send_error("nothing received within " + std::to_string(config_.first_byte_timeout_ms) +
+                       " ms of connecting (limits.first-byte-timeout-ms)",
+                   std::nullopt);
+        break;
+      }
+      if (!received_any_) deadline = std::min(deadline, silent_until);
       if (now >= deadline) {
         spdlog::info("connection {} ({}): no CONNECT within {} ms; closing", id_, peer_, config_.connect_timeout_ms);
         fail("no CONNECT frame within " + std::to_string(config_.connect_timeout_ms) + " ms", std::nullopt);
@@ -513,6 +574,7 @@ asio::awaitable<void> basic_session<Stream>::watchdog() {
 template <typename Stream>
 void basic_session<Stream>::coroutine_done() {
   if (--live_coroutines_ > 0) return;
+  prelogin_.release();
   if (connected_ && !reported_closed_) {
     reported_closed_ = true;
     core_.on_closed(id_);

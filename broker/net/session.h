@@ -1,9 +1,10 @@
 // One client connection's network side, on its own strand of the I/O pool: a reading coroutine
 // that parses frames and hands them to the core, a writing coroutine that sends whatever the core
 // queued in one gather write (and heart-beats when it has been quiet), and a watchdog that closes
-// a connection that says nothing (no CONNECT in time, or heart-beats missed; the time a CONNECT's
-// password check waits for its turn does not count). The session handles CONNECT itself (login,
-// version and heart-beat negotiation); every later frame goes to the core in order.
+// a connection that says nothing (no byte within first-byte-timeout-ms, no CONNECT in time, or
+// heart-beats missed; the time a CONNECT's password check waits for its turn does not count). The
+// session handles CONNECT itself (login, version and heart-beat negotiation); every later frame
+// goes to the core in order. Until its CONNECT succeeds it holds a prelogin_slot (prelogin.h).
 //
 // The same code runs over a plain TCP socket and over TLS: basic_session is a template on the
 // stream, instantiated for both in session.cpp (plain_session, tls_session). A TLS session first
@@ -26,6 +27,7 @@
 #include "escrow/broker/core/broker.h"
 #include "escrow/broker/config/config.h"
 #include "escrow/broker/core/outbound.h"
+#include "prelogin.h"
 #include "tls.h"
 
 namespace escrow::broker {
@@ -55,6 +57,9 @@ class basic_session final : public session_base,
   void start();
   void stop() override;
   void finish() override { send_and_close({}); }
+  // Its place among the connections not yet logged in (prelogin.h): held until CONNECT succeeds
+  // or the connection ends. Called by the accept loop before start().
+  void hold(prelogin_slot slot) { prelogin_ = std::move(slot); }
 
   void send(std::string bytes) override;
   void send_and_close(std::string bytes) override;
@@ -65,6 +70,7 @@ class basic_session final : public session_base,
   using std::enable_shared_from_this<basic_session<Stream>>::shared_from_this;
   void run();
   boost::asio::awaitable<void> handshake();
+  boost::asio::awaitable<bool> first_byte();
   boost::asio::awaitable<void> read_loop();
   boost::asio::awaitable<bool> hand_on(std::vector<frame>& frames);
   boost::asio::awaitable<void> write_loop();
@@ -74,6 +80,7 @@ class basic_session final : public session_base,
   bool on_connect(const frame& f);
   boost::asio::awaitable<login_result> authenticate(const frame& f);
   void fail(const std::string& problem, const std::optional<std::string>& receipt);
+  void send_error(const std::string& problem, const std::optional<std::string>& receipt);
   void enqueue(std::string bytes, bool close_after);
   void close_socket();
   void coroutine_done();
@@ -97,6 +104,9 @@ class basic_session final : public session_base,
   std::string peer_subject_;          // TLS: the client certificate's subject, "" when none
   bool connected_ = false;
   bool connect_received_ = false;  // its CONNECT waits for the password check: no connect timeout
+  bool received_any_ = false;      // a byte has arrived (limits.first-byte-timeout-ms no longer applies)
+  prelogin_slot prelogin_;         // given back at login
+  std::uint64_t login_ticket_ = 0;  // its waiting password check (authenticator::cancel), 0 when none
   bool closing_ = false;  // stop reading; write what is queued, then close
   bool reported_closed_ = false;
   int live_coroutines_ = 0;
@@ -104,9 +114,6 @@ class basic_session final : public session_base,
   std::uint64_t heartbeat_receive_ms_ = 0;
   clock::time_point started_ = clock::now();
   clock::time_point last_read_ = clock::now();
-  bool received_any_ = false;      // a byte has arrived (limits.first-byte-timeout-ms no longer applies)
-  prelogin_slot prelogin_;         // given back at login
-  std::uint64_t login_ticket_ = 0;  // its waiting password check (authenticator::cancel), 0 when none
   std::size_t written_since_notice_ = 0;
   bool writing_ = false;           // a write is waiting for the socket (slow consumer check)
   clock::time_point write_progress_{};  // when the socket last took bytes of it

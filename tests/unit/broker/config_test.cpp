@@ -85,6 +85,41 @@ TEST_SUITE("broker/config") {
     CHECK(load_config_text("[admin]\npage = 1\n", "t.toml", config) == "t.toml:2: admin.page: unknown key");
   }
 
+  TEST_CASE("the limits of connections not logged in and of HTTP connections: defaults and edges") {
+    broker_config config;
+    CHECK(config.max_unauthenticated_per_address == 64);
+    CHECK(config.max_unauthenticated_connections == 0);
+    CHECK(config.first_byte_timeout_ms == 5000);
+    CHECK(config.http_max_connections == 64);
+    CHECK(unauthenticated_cap(config) == 5000);  // 0: half of max-connections (10000)
+    CHECK(load_config_text("[limits]\nmax-unauthenticated-per-address = 1\nmax-unauthenticated-connections = 7\n"
+                           "first-byte-timeout-ms = 1\n[http]\nmax-connections = 1\n", "t.toml", config).empty());
+    CHECK(config.max_unauthenticated_per_address == 1);
+    CHECK(unauthenticated_cap(config) == 7);
+    CHECK(config.first_byte_timeout_ms == 1);
+    CHECK(config.http_max_connections == 1);
+    config.max_connections = 5;
+    CHECK(unauthenticated_cap(config) == 5);  // never more than max-connections
+    config.max_unauthenticated_connections = 0;
+    CHECK(unauthenticated_cap(config) == 3);  // half, rounded up
+    config.max_connections = 1;
+    CHECK(unauthenticated_cap(config) == 1);
+    CHECK(load_config_text("[limits]\nfirst-byte-timeout-ms = 86400000\n[http]\nmax-connections = 100000\n", "t.toml",
+                           config).empty());
+    CHECK(load_config_text("[limits]\nmax-unauthenticated-per-address = 0\n", "t.toml", config) ==
+          "t.toml:2: limits.max-unauthenticated-per-address must be at least 1");
+    CHECK(load_config_text("[limits]\nfirst-byte-timeout-ms = 0\n", "t.toml", config) ==
+          "t.toml:2: limits.first-byte-timeout-ms must be at least 1");
+    CHECK(load_config_text("[limits]\nfirst-byte-timeout-ms = 86400001\n", "t.toml", config) ==
+          "t.toml:2: limits.first-byte-timeout-ms must be at most 86400000");
+    CHECK(load_config_text("[limits]\nmax-unauthenticated-connections = 4294967296\n", "t.toml", config) ==
+          "t.toml:2: limits.max-unauthenticated-connections must be at most 4294967295");
+    CHECK(load_config_text("[http]\nmax-connections = 0\n", "t.toml", config) ==
+          "t.toml:2: http.max-connections must be at least 1");
+    CHECK(load_config_text("[http]\nmax-connections = 100001\n", "t.toml", config) ==
+          "t.toml:2: http.max-connections must be at most 100000");
+  }
+
   TEST_CASE("the commit log's keys: defaults and their edges") {
     broker_config config;
     CHECK(config.log_size == 64ull * 1024 * 1024);

@@ -1,9 +1,11 @@
 // The HTTP endpoint for monitoring (docs/operations.md): GET or HEAD /metrics (Prometheus text
 // format), /status (JSON) and /health (200 "ok", or 503 with the reason). Off unless [http] listen
 // is set. Every request must name an allowed host in Host, and with [http] token-file present the
-// bearer token (all but /health): http_access.h, docs/security.md. Boost.Beast over the broker's I/O pool: one coroutine per connection, bounded requests,
-// idle timeouts. Broker state is never read here: each request asks the core strand for a
-// snapshot (broker::collect_metrics) and resumes on its own executor with the copy.
+// bearer token (all but /health): http_access.h, docs/security.md. Boost.Beast over the broker's I/O
+// pool: one coroutine per connection, at most [http] max-connections of them (the next is answered
+// 503 and closed), bounded requests (a header section over 8 KiB: 431), idle timeouts. Broker
+// state is never read here: each request asks the core strand for a snapshot
+// (broker::collect_metrics) and resumes on its own executor with the copy.
 //
 // Threads: start_http_server() is called once by run_server() before the pool runs; the context
 // must outlive the I/O context's run. listeners_up may be set from any thread.
@@ -32,6 +34,8 @@ struct http_context {
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::atomic<bool> listeners_up{false};  // every STOMP listener accepting (false once stopping)
   std::uint16_t port = 0;                 // the port the endpoint is bound to (for the Host check)
+  std::uint32_t max_connections = 64;     // [http] max-connections: set before the server starts
+  std::atomic<std::uint32_t> open_connections{0};  // HTTP connections being served now
 
   // Who may ask (Host, token): set before the server starts, replaced by SIGHUP (reload.cpp).
   std::shared_ptr<const http_access> access() const {

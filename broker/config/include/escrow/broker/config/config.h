@@ -82,6 +82,10 @@ struct broker_config {
   std::uint64_t max_transaction_bytes = 64ull << 20;           // SEND bytes one open transaction holds
   std::uint64_t max_transaction_bytes_per_user = 256ull << 20;  // the same over all of a user's transactions
   std::uint32_t max_queues_per_user = 10000;  // queues and durable subscriptions a user's frames created
+  // Connections not yet logged in (accepted, no successful CONNECT yet; docs/security.md, "Limits").
+  std::uint32_t max_unauthenticated_per_address = 64;  // from one IP address; the next is refused
+  std::uint32_t max_unauthenticated_connections = 0;   // all together; 0: half of max-connections
+  std::uint64_t first_byte_timeout_ms = 5000;          // a connection that sends nothing by then is closed
   // Bytes of persistent messages a user's SENDs have stored (docs/security.md, "Tenants"); 0: half
   // of what the store may hold (storage.max-size, else the disk at start: broker::open).
   std::uint64_t max_stored_bytes_per_user = 0;
@@ -138,12 +142,22 @@ struct broker_config {
   // Queues with series of their own in /metrics (and entries in /status): the deepest ones, ties by
   // name; the rest are counted in escrow_queue_metrics_omitted. 0: none.
   std::size_t max_queue_metrics = 1000;
+  // [http] max-connections: HTTP connections open at once; the next is answered 503 and closed.
+  std::uint32_t http_max_connections = 64;
 
   // [admin]: the paged list answers of ADMIN frames (queues, connections, subscriptions, xa-list):
   // the most entries of one page (a `limit` header asks for fewer), and the most bytes of its JSON.
   std::size_t admin_max_page_size = 1000;
   std::size_t admin_max_page_bytes = 1024 * 1024;
 };
+
+// limits.max-unauthenticated-connections as it applies: its value (at most max-connections), or
+// half of max-connections (at least 1) when it is 0, the default. The rest is kept for logged-in sessions.
+inline std::uint32_t unauthenticated_cap(const broker_config& config) {
+  std::uint32_t cap = config.max_unauthenticated_connections;
+  if (cap == 0) cap = config.max_connections / 2 + config.max_connections % 2;
+  return cap < config.max_connections ? cap : config.max_connections;
+}
 
 // Reads [http] token-file when set (nothing to do otherwise): "" or the error, naming where the
 // file was configured. escrowd calls it before opening the store, and `escrow check-config` too.
