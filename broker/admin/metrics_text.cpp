@@ -98,6 +98,9 @@ void write_queues(std::string& out, const metrics_snapshot& s) {
   per_queue(out, s, "escrow_queue_messages_redelivered_total", "counter",
             "Messages returned to the queue for redelivery (NACK, rollback, consumer gone).",
             [](q m) { return m.redelivered; });
+  per_queue(out, s, "escrow_queue_messages_dropped_total", "counter",
+            "Non-persistent messages dropped, oldest first, to keep the queue within limits.max-memory-bytes-per-queue.",
+            [](q m) { return m.dropped; });
   per_queue(out, s, "escrow_queue_depth", "gauge",
             "Messages in the queue: ready, in flight or held by a transaction.", [](q m) { return m.depth; });
   per_queue(out, s, "escrow_queue_in_flight", "gauge", "Messages delivered and not yet acknowledged.",

@@ -16,7 +16,8 @@ std::string write_status_json(const metrics_snapshot& s) {
     queues.push_back(json::object{{"name", q.name}, {"kind", q.kind}, {"depth", q.depth}, {"in_flight", q.in_flight},
                                   {"consumers", q.consumers}, {"enqueued", q.enqueued}, {"delivered", q.delivered},
                                   {"acknowledged", q.acknowledged}, {"expired", q.expired},
-                                  {"dead_lettered", q.dead_lettered}, {"redelivered", q.redelivered}});
+                                  {"dead_lettered", q.dead_lettered}, {"redelivered", q.redelivered},
+                                  {"dropped", q.dropped}});
   return to_json(json::object{
              {"version", s.version},
              {"uptime_seconds", json_seconds(s.uptime_seconds)},

@@ -211,6 +211,16 @@ toml_keys limits_keys(broker_config& config) {
           {"max-transaction-bytes", unsigned_field(config.max_transaction_bytes, 1)},
           {"max-transaction-bytes-per-user", unsigned_field(config.max_transaction_bytes_per_user, 1)},
           {"max-queues-per-user", unsigned_field(config.max_queues_per_user, 1)},
+          {"max-subscriptions-per-user", unsigned_field(config.max_subscriptions_per_user, 1)},
+          {"max-consumer-window-bytes", unsigned_field(config.max_consumer_window_bytes, 1)},
+          {"max-memory-bytes-per-queue", unsigned_field(config.max_memory_bytes_per_queue, 1)},
+          {"max-memory-bytes-per-user", unsigned_field(config.max_memory_bytes_per_user, 1)},
+          {"memory-full-policy", [&config](const toml::node& n) -> std::string {
+             auto v = n.value<std::string>();
+             if (!n.is_string() || (*v != "refuse" && *v != "drop-oldest")) return "must be \"refuse\" or \"drop-oldest\"";
+             config.memory_full_policy = *v;
+             return "";
+           }},
           {"max-stored-bytes-per-user", unsigned_field(config.max_stored_bytes_per_user)},
           {"max-unauthenticated-per-address", unsigned_field(config.max_unauthenticated_per_address, 1)},
           {"max-unauthenticated-connections", unsigned_field(config.max_unauthenticated_connections)},
@@ -238,6 +248,7 @@ toml_keys security_keys(broker_config& config) {
 toml_keys delivery_keys(broker_config& config) {
   return {{"consumer-window", unsigned_field(config.consumer_window, 1)},
           {"queue-memory-window", unsigned_field(config.queue_memory_window, 1)},
+          {"queue-memory-bytes", unsigned_field(config.queue_memory_bytes, 1)},
           {"message-expiry-scan-period", scan_period_field(config.message_expiry_scan_period_ms)},
           {"persist-delivery-count-before-delivery", bool_field(config.persist_delivery_count_before_delivery)}};
 }

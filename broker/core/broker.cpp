@@ -305,7 +305,8 @@ storage::status broker::impl::load_queues(std::size_t& loaded) {
     }
     std::string display = is_sub ? durable_display_name(*durable) : name.substr(2);
     auto q = std::make_shared<queue>(r.id, display, is_sub ? queue::kind::durable_subscription : queue::kind::queue,
-                                     r.topic, &store, config.queue_memory_window);
+                                     r.topic, &store, config.queue_memory_window,
+                                   config.queue_memory_bytes);
     q->start_unloaded();
     q->storage_key = name;
     q->creator = r.creator;
@@ -465,6 +466,7 @@ void broker::on_closed(std::uint64_t id) {
       touched.push_back(sub->source);
       m->detach(*sub, b);
     }
+    m->count_subscriptions(*c, -static_cast<std::int64_t>(c->subscriptions.size()));
     c->subscriptions.clear();
     // The raised delivery counts of what it had unacknowledged: advisory (a refused write leaves
     // the old counts, and the messages are offered again either way).

@@ -28,6 +28,7 @@ struct connection;
 struct delivery {
   queue_ptr source;
   queue_entry entry;
+  std::uint64_t bytes = 0;  // memory_bytes() of its message when it was handed out (0: not loaded)
 };
 
 struct subscription {
@@ -37,6 +38,23 @@ struct subscription {
   ack_mode mode = ack_mode::auto_ack;
   std::uint32_t window = 0;                // most unacknowledged messages at once
   std::map<std::uint64_t, delivery> unacked;  // by ack tag, in delivery order
+  std::uint64_t unacked_bytes = 0;         // memory_bytes() of unacked's loaded messages (max-consumer-window-bytes)
+
+  using unacked_iterator = std::map<std::uint64_t, delivery>::iterator;
+  void add_unacked(std::uint64_t tag, delivery d) {
+    d.bytes = d.entry.msg ? memory_bytes(*d.entry.msg) : 0;
+    unacked_bytes += d.bytes;
+    unacked.emplace(tag, std::move(d));
+  }
+  // Erases [first, last) of unacked (their entries may have been moved out: bytes stays).
+  void erase_unacked(unacked_iterator first, unacked_iterator last) {
+    for (auto it = first; it != last; ++it) unacked_bytes -= std::min(it->second.bytes, unacked_bytes);
+    unacked.erase(first, last);
+  }
+  void clear_unacked() {
+    unacked.clear();
+    unacked_bytes = 0;
+  }
 };
 
 struct connection {
@@ -60,6 +78,7 @@ struct connections_part {
   std::unordered_map<std::uint64_t, connection_ptr> connections;  // by connection id
   std::vector<connection_ptr> dirty;  // connections with frames in their outbox
   std::unordered_map<std::string, std::uint32_t> connections_per_user;  // by user ("" anonymous)
+  std::unordered_map<std::string, std::uint32_t> subscriptions_per_user;  // by user, over its connections
 };
 
 }  // namespace escrow::broker

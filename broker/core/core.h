@@ -123,6 +123,9 @@ struct broker::impl {
   bool may_start_branch(connection& c, const frame* request);
   // Why c's user may not prepare another branch (max-prepared-branches-per-user), if so.
   std::optional<std::string> prepare_refusal(const connection& c) const;
+  // limits.max-subscriptions-per-user, and the count it checks (SUBSCRIBE +1, UNSUBSCRIBE and close -n).
+  bool may_subscribe(connection& c, const frame& f);
+  void count_subscriptions(const connection& c, std::int64_t delta);
   // A SEND of `bytes` staged in `b`: within max-transaction-bytes and, over all of its owner's
   // transactions, max-transaction-bytes-per-user; counted then, until release_staged.
   bool may_stage(connection& c, rm::branch& b, std::uint64_t bytes, const frame& f);
@@ -266,6 +269,18 @@ struct broker::impl {
 
   // Queues.
   queue_ptr find_by_id(std::uint32_t id) const;
+  // Memory of non-persistent messages (memory_budgets.cpp; docs/security.md, "Limits").
+  // A message for `targets` (stored: whether each entry is stored) from `c`: when no entry is
+  // stored it lives in memory only and is charged to its user (limits.max-memory-bytes-per-user)
+  // while it exists. nullptr, with the ERROR sent, when over that or over a queue's
+  // limits.max-memory-bytes-per-queue with memory-full-policy "refuse".
+  std::shared_ptr<message> charged_message(connection& c, storage::message_record record,
+                                           const std::vector<std::pair<queue_ptr, bool>>& targets, const frame& f);
+  // Before `e` (not stored) enters `q`: drops q's oldest messages not stored to keep it within
+  // max-memory-bytes-per-queue, when its policy is "drop-oldest" or it is a subscription.
+  void make_room(queue& q, const queue_entry& e);
+  std::unordered_map<std::string, std::shared_ptr<std::atomic<std::uint64_t>>> memory_by_user;
+
   void add_queue(const queue_ptr& q);     // known by key and id; counted for its creator
   void remove_queue(const queue_ptr& q);  // forgotten (when `topology.queues` still names this one)
   queue_ptr find_or_create_queue(const std::string& name, storage::batch& b,

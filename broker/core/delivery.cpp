@@ -80,10 +80,14 @@ void broker::impl::write_message(connection& c, const subscription& s, std::uint
 }
 
 namespace {
-bool has_room(const subscription& s, std::size_t max_pending) {
+// Room in the connection's unsent bytes, and in the subscription's window: fewer unacknowledged
+// messages than its window and, unless it has none, fewer bytes of them than
+// limits.max-consumer-window-bytes.
+bool has_room(const subscription& s, std::size_t max_pending, std::uint64_t max_window_bytes) {
   const connection& c = *s.owner;
   if (c.output_closed || c.out->pending_bytes() + c.outbox.size() >= max_pending) return false;
-  return s.mode == ack_mode::auto_ack || s.unacked.size() < s.window;
+  if (s.mode == ack_mode::auto_ack) return true;
+  return s.unacked.size() < s.window && (s.unacked.empty() || s.unacked_bytes < max_window_bytes);
 }
 }  // namespace
 
@@ -92,7 +96,8 @@ subscription* broker::impl::consumer_with_room(queue& q, std::size_t& index) {
   std::size_t n = consumers.size();
   for (std::size_t i = 0; i < n; ++i) {
     index = (q.next_consumer() + i) % n;
-    if (has_room(*consumers[index], config.max_pending_bytes)) return consumers[index];
+    if (has_room(*consumers[index], config.max_pending_bytes, config.max_consumer_window_bytes))
+      return consumers[index];
   }
   return nullptr;
 }
@@ -122,7 +127,7 @@ void broker::impl::hand_out(const queue_ptr& q, subscription& chosen, queue_entr
     write_message(c, chosen, tag, e);
   }
   c.tag_owner.emplace(tag, &chosen);
-  chosen.unacked.emplace(tag, delivery{q, std::move(e)});
+  chosen.add_unacked(tag, delivery{q, std::move(e)});
 }
 
 void broker::impl::dispatch(const queue_ptr& q) {
@@ -190,7 +195,7 @@ void broker::impl::submit_delivery_counts(storage::batch b,
         continue;
       }
       delivery back = std::move(d->second);
-      sub.unacked.erase(d);
+      sub.erase_unacked(d, std::next(d));
       c->second->tag_owner.erase(owner);
       --back.source->counters.delivered;
       delay_redelivery(back.source, std::move(back.entry), kRefusedCountRetryMs);
@@ -277,7 +282,7 @@ void broker::impl::handle_ack(const connection_ptr& c, const frame& f, bool posi
       d.source->release_hold(d.entry.key);
     }
   }
-  sub->unacked.erase(first, last);
+  sub->erase_unacked(first, last);
   queue_ptr source = sub->source;
 
   // Once stored, the entries are gone for good; if refused, they are unacknowledged again: back in

@@ -18,31 +18,36 @@ const char* queue::kind_name(kind k) {
 }
 
 queue::queue(std::uint32_t id, std::string name, kind k, std::string topic, storage::store* store,
-             std::size_t memory_window)
+             std::size_t memory_window, std::uint64_t memory_bytes)
     : id_(id), name_(std::move(name)), kind_(k), topic_(std::move(topic)), store_(store),
-      memory_window_(memory_window == 0 ? 1 : memory_window) {}
+      memory_window_(memory_window == 0 ? 1 : memory_window), memory_bytes_(memory_bytes) {}
+
+void queue::count(const queue_entry& e, bool in) {
+  std::uint64_t n = e.msg ? memory_bytes(*e.msg) : 0;
+  std::uint64_t& total = e.stored ? stored_bytes_ : unstored_bytes_;
+  total = in ? total + n : total - std::min(n, total);
+  if (e.stored) stored_in_memory_ = in ? stored_in_memory_ + 1 : stored_in_memory_ - 1;
+}
 
 void queue::push(queue_entry entry) {
   if (entry.stored && !in_window(entry.key)) return;  // storage has it; the cursor will reach it
   auto [it, inserted] = ready_.emplace(entry.key, std::move(entry));
   const queue_entry& e = it->second;
-  if (inserted && !e.stored && e.msg && e.msg->record.expires != 0)
-    expiring_in_memory_.emplace(e.msg->record.expires, e.key);
-  if (inserted && it->second.stored) {
-    ++stored_in_memory_;
-    if (stored_in_memory_ > memory_window_) evict();
-  }
+  if (!inserted) return;
+  if (!e.stored && e.msg && e.msg->record.expires != 0) expiring_in_memory_.emplace(e.msg->record.expires, e.key);
+  count(e, true);
+  if (e.stored && (stored_in_memory_ > memory_window_ || stored_bytes_ > memory_bytes_)) evict();
 }
 
 // Drops the last stored entries from memory until the window fits, moving the bound down to the
 // smallest one dropped: everything from there on is read again from storage when needed.
 void queue::evict() {
   auto it = ready_.end();
-  while (stored_in_memory_ > memory_window_ && it != ready_.begin()) {
+  while ((stored_in_memory_ > memory_window_ || stored_bytes_ > memory_bytes_) && it != ready_.begin()) {
     --it;
     if (!it->second.stored) continue;
     bound_ = it->first;
-    --stored_in_memory_;
+    count(it->second, false);
     it = ready_.erase(it);
   }
 }
@@ -82,8 +87,8 @@ void queue::refill() {
       held_.insert(key);
       return true;
     }
-    ready_.emplace(key, queue_entry{key, storage::decode_delivery_count(v), true, nullptr});
-    ++stored_in_memory_;
+    auto [at, inserted] = ready_.emplace(key, queue_entry{key, storage::decode_delivery_count(v), true, nullptr});
+    if (inserted) count(at->second, true);
     ++taken;
     return true;
   });
@@ -111,9 +116,9 @@ std::optional<queue_entry> queue::pop() {
     refill();
   }
   auto it = ready_.begin();
+  count(it->second, false);
   queue_entry e = std::move(it->second);
   ready_.erase(it);
-  if (e.stored) --stored_in_memory_;
   forget_expiring(e);
   held_.insert(e.key);
   return e;
@@ -133,9 +138,9 @@ std::optional<queue_entry> queue::take(const storage::entry_key& key) {
     return queue_entry{key, 0, true, nullptr};  // only in storage
   }
   held_.insert(key);
+  count(it->second, false);
   queue_entry e = std::move(it->second);
   ready_.erase(it);
-  if (e.stored) --stored_in_memory_;
   forget_expiring(e);
   return e;
 }
@@ -149,6 +154,25 @@ std::vector<queue_entry> queue::take_unstored_ready() {
     }
     held_.insert(it->first);
     forget_expiring(it->second);
+    count(it->second, false);
+    out.push_back(std::move(it->second));
+    it = ready_.erase(it);
+  }
+  return out;
+}
+
+std::vector<queue_entry> queue::take_oldest_unstored(std::uint64_t bytes) {
+  std::vector<queue_entry> out;
+  std::uint64_t taken = 0;
+  for (auto it = ready_.begin(); it != ready_.end() && taken < bytes;) {
+    if (it->second.stored) {
+      ++it;
+      continue;
+    }
+    taken += it->second.msg ? memory_bytes(*it->second.msg) : 0;
+    held_.insert(it->first);
+    forget_expiring(it->second);
+    count(it->second, false);
     out.push_back(std::move(it->second));
     it = ready_.erase(it);
   }
@@ -162,6 +186,7 @@ std::vector<queue_entry> queue::take_expired_in_memory(std::uint64_t now) {
     expiring_in_memory_.erase(expiring_in_memory_.begin());
     auto it = ready_.find(key);
     if (it == ready_.end()) continue;
+    count(it->second, false);
     out.push_back(std::move(it->second));
     ready_.erase(it);
     held_.insert(key);

@@ -31,6 +31,15 @@ using storage::message;
 using storage::message_ptr;
 struct subscription;
 
+// What a message costs in memory, roughly: its body, destination and headers, plus a fixed
+// overhead for the objects that hold it. The byte budgets (docs/security.md, "Limits") count this.
+inline std::uint64_t memory_bytes(const message& m) {
+  constexpr std::uint64_t kOverhead = 256, kPerHeader = 64;
+  std::uint64_t n = kOverhead + m.record.body.size() + m.record.destination.size();
+  for (const auto& [name, value] : m.record.headers) n += kPerHeader + name.size() + value.size();
+  return n;
+}
+
 // A message's place in one queue.
 struct queue_entry {
   storage::entry_key key;
@@ -55,8 +64,10 @@ class queue {
   enum class kind { queue, durable_subscription, subscription };
   static const char* kind_name(kind k);  // "queue", "durable-subscription", "subscription"
 
+  // memory_window entries and memory_bytes of stored messages' bodies are kept in memory at
+  // most ([delivery] queue-memory-window, queue-memory-bytes); the rest stays in storage.
   queue(std::uint32_t id, std::string name, kind k, std::string topic, storage::store* store,
-        std::size_t memory_window);
+        std::size_t memory_window, std::uint64_t memory_bytes = UINT64_MAX);
 
   std::uint32_t id() const { return id_; }
   const std::string& name() const { return name_; }
@@ -81,6 +92,13 @@ class queue {
   std::vector<queue_entry> take_expired_in_memory(std::uint64_t now);
   // Takes out (and holds) every ready entry that is not stored (non-persistent messages): purge.
   std::vector<queue_entry> take_unstored_ready();
+  // Takes out (and holds) the first ready entries that are not stored, in queue order, until at
+  // least `bytes` of them are taken or none is left: limits.memory-full-policy "drop-oldest".
+  std::vector<queue_entry> take_oldest_unstored(std::uint64_t bytes);
+  // memory_bytes() of the ready entries that are not stored (limits.max-memory-bytes-per-queue),
+  // and of the stored ones whose message is loaded (queue-memory-bytes).
+  std::uint64_t unstored_bytes() const { return unstored_bytes_; }
+  std::uint64_t stored_bytes_in_memory() const { return stored_bytes_; }
 
   // Makes an entry available: a new message, or one coming back from a delivery (with its
   // delivery count already raised by the caller). A stored entry beyond the in-memory window is
@@ -128,6 +146,10 @@ class queue {
   std::string topic_;
   storage::store* store_;
   std::size_t memory_window_;
+  std::uint64_t memory_bytes_;
+  std::uint64_t unstored_bytes_ = 0;
+  std::uint64_t stored_bytes_ = 0;
+  void count(const queue_entry& e, bool in);  // an entry enters (in) or leaves ready_
 
   void forget_expiring(const queue_entry& e);
 

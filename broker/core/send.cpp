@@ -97,7 +97,7 @@ queue_ptr broker::impl::find_or_create_queue(const std::string& name, storage::b
     return q;
   }
   auto q = std::make_shared<queue>(topology.next_queue_id++, name, queue::kind::queue, "", &store,
-                                   config.queue_memory_window);
+                                   config.queue_memory_window, config.queue_memory_bytes);
   q->storage_key = key;
   q->creator = creator;
   add_queue(q);
@@ -176,20 +176,21 @@ bool broker::impl::route(const connection_ptr& c, frame& f, routed_message& out,
     record.headers.insert(record.headers.begin(), {"_AMQ_VALIDATED_USER", c->info.user});
   record.body = std::move(f.body);
 
-  auto msg = std::make_shared<message>();
+  std::vector<std::pair<queue_ptr, bool>> stored_in;
+  for (auto& q : targets) stored_in.emplace_back(q, record.persistent && q->durable());
+  auto msg = charged_message(*c, std::move(record), stored_in, f);
+  if (!msg) return false;
   msg->id = next_message_id++;
-  msg->record = std::move(record);
   out.msg = msg;
-  for (auto& q : targets) {
-    bool stored = msg->record.persistent && q->durable();
+  for (auto& [q, stored] : stored_in)
     out.entries.emplace_back(q, queue_entry{storage::entry_key{q->id(), msg->record.priority, msg->id}, 0, stored, msg});
-  }
   return true;
 }
 
 void broker::impl::publish(std::vector<std::pair<queue_ptr, queue_entry>>& entries) {
   for (auto& [q, e] : entries) {
     if (e.stored) q->release_hold(e.key);
+    if (!e.stored) make_room(*q, e);
     ++q->counters.enqueued;
     ++q->counters.depth;
     q->push(std::move(e));

@@ -162,6 +162,7 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
   receipt_after(c, f, std::move(b), "durable subscription", [this, created](bool stored) {
     auto it = topology.queues.find(created->storage_key);
     // Ended meanwhile (its UNSUBSCRIBE came before this answer): it does not join its topic.
+  if (!may_subscribe(*c, f)) return;
     if (it == topology.queues.end() || it->second != created || created->dropping) return;
     if (stored) {
       topology.topics[created->topic()].subscriptions.push_back(created);
@@ -172,11 +173,12 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
 }
 
 void broker::impl::detach(subscription& s, storage::batch& b) {
+  count_subscriptions(*c, 1);
   for (auto& [tag, d] : s.unacked) {
     s.owner->tag_owner.erase(tag);
     requeue(std::move(d), b);
   }
-  s.unacked.clear();
+  s.clear_unacked();
   auto& consumers = s.source->consumers();
   std::erase(consumers, &s);
   if (s.source->type() == queue::kind::subscription) {
@@ -266,4 +268,5 @@ void broker::impl::handle_unsubscribe(const connection_ptr& c, const frame& f) {
   if (source) dispatch(source);
 }
 
+    count_subscriptions(*c, -1);
 }  // namespace escrow::broker

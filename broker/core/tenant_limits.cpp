@@ -29,6 +29,22 @@ bool broker::impl::admit(connection& c) {
   return true;
 }
 
+bool broker::impl::may_subscribe(connection& c, const frame& f) {
+  auto it = clients.subscriptions_per_user.find(c.info.user);
+  std::uint32_t n = it == clients.subscriptions_per_user.end() ? 0 : it->second;
+  if (n < config.max_subscriptions_per_user) return true;
+  error(c, "too many subscriptions: " + who(c) + " already has " + std::to_string(n) +
+               " over all its connections (limits.max-subscriptions-per-user)", &f);
+  return false;
+}
+
+void broker::impl::count_subscriptions(const connection& c, std::int64_t delta) {
+  if (delta == 0) return;
+  auto& n = clients.subscriptions_per_user[c.info.user];
+  n = static_cast<std::uint32_t>(std::max<std::int64_t>(0, static_cast<std::int64_t>(n) + delta));
+  if (n == 0) clients.subscriptions_per_user.erase(c.info.user);
+}
+
 void broker::impl::release(connection& c) {
   auto it = clients.connections_per_user.find(c.info.user);
   if (it == clients.connections_per_user.end()) return;

@@ -59,6 +59,43 @@ TEST_SUITE("broker/config") {
           "t.toml:2: security.login-threads must be from 1 to 64");
     CHECK(load_config_text("[security]\nmax-pending-logins = 0\n", "t.toml", config) ==
           "t.toml:2: security.max-pending-logins must be at least 1");
+    // Issue 23, N1 and N2.
+    broker_config fresh;
+    CHECK(fresh.max_waiting_logins_per_user == 16);
+    CHECK(fresh.reserved_pending_logins == 64);
+    CHECK(fresh.max_login_delay_ms == 3000);
+    CHECK(load_config_text("[security]\nmax-waiting-logins-per-user = 1\nreserved-pending-logins = 0\n"
+                           "max-login-delay-ms = 0\n", "t.toml", fresh).empty());
+    CHECK(fresh.max_waiting_logins_per_user == 1);
+    CHECK(fresh.max_login_delay_ms == 0);
+    CHECK(load_config_text("[security]\nmax-waiting-logins-per-user = 0\n", "t.toml", fresh) ==
+          "t.toml:2: security.max-waiting-logins-per-user must be at least 1");
+    CHECK(load_config_text("[security]\nmax-login-delay-ms = 86400001\n", "t.toml", fresh).find("must be") !=
+          std::string::npos);
+  }
+
+  TEST_CASE("the byte budgets of memory: defaults and edges") {
+    broker_config config;
+    CHECK(config.max_subscriptions_per_user == 10000);
+    CHECK(config.max_consumer_window_bytes == 16u << 20);
+    CHECK(config.max_memory_bytes_per_queue == 64u << 20);
+    CHECK(config.max_memory_bytes_per_user == 256u << 20);
+    CHECK(config.memory_full_policy == "refuse");
+    CHECK(config.queue_memory_bytes == 8u << 20);
+    CHECK(load_config_text("[limits]\nmax-subscriptions-per-user = 1\nmax-consumer-window-bytes = 1\n"
+                           "max-memory-bytes-per-queue = 1\nmax-memory-bytes-per-user = 1\n"
+                           "memory-full-policy = \"drop-oldest\"\n[delivery]\nqueue-memory-bytes = 1\n",
+                           "t.toml", config).empty());
+    CHECK(config.memory_full_policy == "drop-oldest");
+    CHECK(config.queue_memory_bytes == 1);
+    for (const char* key : {"max-subscriptions-per-user", "max-consumer-window-bytes", "max-memory-bytes-per-queue",
+                            "max-memory-bytes-per-user"}) {
+      CAPTURE(key);
+      CHECK(load_config_text(std::string("[limits]\n") + key + " = 0\n", "t.toml", config) ==
+            std::string("t.toml:2: limits.") + key + " must be at least 1");
+    }
+    CHECK(load_config_text("[limits]\nmemory-full-policy = \"block\"\n", "t.toml", config) ==
+          "t.toml:2: limits.memory-full-policy must be \"refuse\" or \"drop-oldest\"");
   }
 
   TEST_CASE("the limits of paged admin answers and of per-queue metrics: defaults and edges") {

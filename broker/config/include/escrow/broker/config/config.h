@@ -82,13 +82,13 @@ struct broker_config {
   std::uint64_t max_transaction_bytes = 64ull << 20;           // SEND bytes one open transaction holds
   std::uint64_t max_transaction_bytes_per_user = 256ull << 20;  // the same over all of a user's transactions
   std::uint32_t max_queues_per_user = 10000;  // queues and durable subscriptions a user's frames created
+  // Bytes of persistent messages a user's SENDs have stored (docs/security.md, "Tenants"); 0: half
+  // of what the store may hold (storage.max-size, else the disk at start: broker::open).
+  std::uint64_t max_stored_bytes_per_user = 0;
   // Connections not yet logged in (accepted, no successful CONNECT yet; docs/security.md, "Limits").
   std::uint32_t max_unauthenticated_per_address = 64;  // from one IP address; the next is refused
   std::uint32_t max_unauthenticated_connections = 0;   // all together; 0: half of max-connections
   std::uint64_t first_byte_timeout_ms = 5000;          // a connection that sends nothing by then is closed
-  // Bytes of persistent messages a user's SENDs have stored (docs/security.md, "Tenants"); 0: half
-  // of what the store may hold (storage.max-size, else the disk at start: broker::open).
-  std::uint64_t max_stored_bytes_per_user = 0;
 
   // security (docs/security.md). No users file: anonymous access with every permission, which
   // escrowd allows only when every STOMP listener is on a loopback address.
@@ -101,6 +101,15 @@ struct broker_config {
   unsigned login_threads = 2;                  // threads that check passwords
   std::size_t max_waiting_logins_per_address = 8;  // checks from one address waiting behind its running one
   std::size_t max_pending_logins = 256;        // checks waiting or running, all addresses together
+  std::uint32_t max_subscriptions_per_user = 10000;      // over all of one user's connections
+  std::uint64_t max_consumer_window_bytes = 16 << 20;   // unacknowledged bytes per subscription (one at least)
+  std::uint64_t max_memory_bytes_per_queue = 64 << 20;  // non-persistent messages ready in one queue
+  std::string memory_full_policy = "refuse";            // a queue at it: "refuse" the SEND or "drop-oldest"
+  std::uint64_t max_memory_bytes_per_user = 256 << 20;  // non-persistent messages a user's SENDs hold in memory
+  std::uint64_t queue_memory_bytes = 8 << 20;           // [delivery] stored messages' bodies kept in memory per queue
+  std::size_t max_waiting_logins_per_user = 16;  // checks of one login name waiting or running
+  std::size_t reserved_pending_logins = 64;    // of max_pending_logins, for addresses without failures (at most half)
+  std::uint64_t max_login_delay_ms = 3000;     // a check that would wait longer is told "try again later"
 
   // delivery
   std::uint32_t consumer_window = 1000;     // unacknowledged messages per subscription by default
@@ -108,9 +117,6 @@ struct broker_config {
 
   // undelivered messages (docs/configuration.md). A file's [[address-settings]] list replaces the
   // embedded one, which sends dead letters to DLQ and expired messages to ExpiryQueue.
-  std::size_t max_waiting_logins_per_user = 16;  // checks of one login name waiting or running
-  std::size_t reserved_pending_logins = 64;    // of max_pending_logins, for addresses without failures (at most half)
-  std::uint64_t max_login_delay_ms = 3000;     // a check that would wait longer is told "try again later"
   std::vector<address_setting_entry> address_settings = embedded_address_settings();
   std::int64_t message_expiry_scan_period_ms = 30000;  // the reaper's period; -1: no reaper
   bool persist_delivery_count_before_delivery = false;
