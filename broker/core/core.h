@@ -116,6 +116,8 @@ struct broker::impl {
   bool may_browse(connection& c, const frame& f);
   // A new connection: false (after an ERROR) when its user has limits.max-connections-per-user.
   bool admit(connection& c);
+  // False (after an ERROR) when another live connection of c's user has its client-id (subscribe.cpp).
+  bool client_id_free(connection& c);
   void release(connection& c);  // the connection is gone
   // Per-user limits (tenant_limits.cpp). Each refusal but prepare_refusal's sends the ERROR.
   // XA-START of a new branch or BEGIN: false when `c` has max-branches-per-connection open, or its

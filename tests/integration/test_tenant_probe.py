@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import frame_bytes, unique
+from conftest import Client, frame_bytes, unique
 from test_security import escrow_cli
 from test_tenants import PASSWORDS, SETTINGS, login, tenants, users_file  # noqa: F401 (fixtures)
 
@@ -210,3 +210,26 @@ def test_n15b_reserved_headers_are_dropped_and_user_id_checked_in_any_case(tenan
     assert "SEND's User-Id header 'bob' is not the user this connection logged in as ('alice')" in \
         err.headers["message"], err.headers
     consumer.close()
+
+
+# -- N15a: one live connection per client-id ------------------------------------------------------------
+
+def test_n15a_a_second_live_connection_with_a_client_id_in_use_is_refused(tenants):
+    # Two live connections with one client-id were both accepted: the second could end or resume
+    # the first one's durable subscriptions while it ran.
+    client_id = unique("app")
+    first = login(tenants, "alice", **{"client-id": client_id})
+    second = Client(tenants, wait=False,
+                    headers={"login": "alice", "passcode": PASSWORDS["alice"], "client-id": client_id})
+    err = second.wait_error()
+    assert re.search(rf"client-id '{client_id}' is in use by connection \d+ from 127\.0\.0\.1:\d+ of user 'alice': "
+                     r"a client-id names one client at a time", err.headers["message"]), err.headers
+    # Another user's client-id of the same name is theirs: nobody keeps alice out by taking hers.
+    bob = login(tenants, "bob", **{"client-id": client_id})
+    assert not bob.errors
+    # Once the first has gone, the client-id is free again.
+    first.disconnect()
+    again = login(tenants, "alice", **{"client-id": client_id})
+    assert not again.errors
+    for c in (bob, again):
+        c.close()
