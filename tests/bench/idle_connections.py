@@ -64,7 +64,9 @@ def start_broker(binary, workdir, count):
     raise SystemExit(f"escrowd did not start:\n{text}")
 
 
-def open_connections(port, count, heartbeat_ms, batch=500):
+# A batch is at most limits.max-unauthenticated-per-address (64 by default): its connections come
+# from one address and have not logged in until their CONNECTED.
+def open_connections(port, count, heartbeat_ms, batch=64):
     frame = (f"CONNECT\naccept-version:1.2\nhost:localhost\nheart-beat:{heartbeat_ms},{heartbeat_ms}\n\n\0").encode()
     sockets = []
     per_address = 25000
