@@ -406,7 +406,7 @@ void broker::on_connect(std::uint64_t id, std::shared_ptr<outbound> out, connect
       m->error(*c, "invalid client-id '" + loggable(c->info.client_id) + "': " + *problem);
       return m->flush();
     }
-    if (!m->admit(*c)) return m->flush();
+    if (!m->client_id_free(*c) || !m->admit(*c)) return m->flush();
     c->admitted = true;
     frame connected{"CONNECTED",
                     {{"version", std::string(to_string(c->info.version))},

@@ -23,6 +23,24 @@ const std::string* durable_name(const frame& f) {
 
 }  // namespace
 
+// A client-id names one client at a time, as in ActiveMQ: a CONNECT with the client-id of another
+// live connection of the same user is refused (docs/stomp.md, "client-id"). Other users' client-ids
+// are their own (durable_name.h), so nobody can keep another user out by taking theirs. A
+// connection that sent DISCONNECT no longer counts; one that is gone without a word counts until
+// the broker notices (at once for a closed socket, at the heart-beat timeout for a silent one).
+bool broker::impl::client_id_free(connection& c) {
+  if (c.info.client_id.empty()) return true;
+  for (const auto& [id, other] : clients.connections) {
+    if (other.get() == &c || !other->admitted || other->input_closed) continue;
+    if (other->info.client_id != c.info.client_id || other->info.user != c.info.user) continue;
+    error(c, "client-id '" + c.info.client_id + "' is in use by connection " + std::to_string(id) + " from " +
+                 other->info.peer + " of " + who(c) +
+                 ": a client-id names one client at a time; close that connection first, or give another client-id");
+    return false;
+  }
+  return true;
+}
+
 queue_ptr broker::impl::find_durable(const connection& c, const std::string& name) {
   if (name_problem(name)) return nullptr;  // no such name is ever created (a NUL would reach other keys)
   auto it = topology.queues.find(durable_key({c.info.client_id, name, c.info.user}));
