@@ -40,11 +40,16 @@ void reload_configuration(const broker_config& running, broker& core, http_conte
   if (from_command_line(running, "listen")) fresh.listen = running.listen;
   if (from_command_line(running, "data-dir")) fresh.data_dir = running.data_dir;
   if (from_command_line(running, "log-level")) fresh.log_level = running.log_level;
-  // [http] token-file is read again (a token rotated in place applies now); a bad one changes nothing.
+  // [http] token-file is read again (a token rotated in place applies now). A bad one keeps the
+  // endpoint's access as it is (its tokens and allowed-hosts) and nothing else: the users file and
+  // the rest are reloaded all the same, or a typo in one file would hold back a removed user.
   std::vector<token_digest> http_tokens;
+  bool http_tokens_loaded = true;
   if (std::string err = load_http_token_file(fresh, http_tokens); !err.empty()) {
-    spdlog::error("SIGHUP: configuration not reloaded, the running settings stay: {}", err);
-    return;
+    spdlog::error("SIGHUP: http: the bearer tokens and allowed-hosts in force stay, the token file was not read: {}; "
+                  "the rest of the configuration is reloaded. Fix the file and send SIGHUP again",
+                  err);
+    http_tokens_loaded = false;
   }
 
   auto level = spdlog::level::from_str(fresh.log_level);
@@ -68,7 +73,7 @@ void reload_configuration(const broker_config& running, broker& core, http_conte
       spdlog::warn("SIGHUP: {}", warning);
     core.authentication()->replace_users(std::move(users));
   }
-  if (http && running.http_listen) {
+  if (http && running.http_listen && http_tokens_loaded) {
     bool token = !http_tokens.empty();
     http->set_access(std::make_shared<http_access>(
         make_http_access(running.http_listen->host, http->port, fresh.http_allowed_hosts, std::move(http_tokens))));

@@ -233,3 +233,31 @@ def test_n15a_a_second_live_connection_with_a_client_id_in_use_is_refused(tenant
     assert not again.errors
     for c in (bob, again):
         c.close()
+
+
+# -- N15c: a bad token file at SIGHUP ---------------------------------------------------------------------
+
+def test_n15c_a_bad_token_file_at_sighup_keeps_the_token_and_reloads_the_users_file(broker_factory, users_file,
+                                                                                     raw, tmp_path):
+    # The users file loses bob while the token file is broken by mistake: the whole reload used to
+    # stop at the token file, and bob, removed, went on logging in.
+    from test_http import http_port
+    from test_http_access import TOKEN, bearer, hangup, status_of
+    token_file = tmp_path / "http-token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    b = secured(broker_factory, users_file,
+                config=BROWSE_SETTINGS + f'\n[http]\nlisten = "127.0.0.1:0"\ntoken-file = "{token_file}"\n')
+    port = http_port(b)
+    login(b, "bob").close()
+    without_bob = [entry for entry in users_file.split("[[user]]") if entry.strip() and 'name = "bob"' not in entry]
+    (b.workdir / "users.toml").write_text("".join("[[user]]" + entry for entry in without_bob))
+    token_file.write_text("")
+    text = hangup(b)
+    refused_login(b, raw, "bob", PASSWORDS["bob"])
+    login(b, "alice").close()
+    assert status_of(port, host=f"127.0.0.1:{port}", headers=bearer(TOKEN)) == 200
+    assert status_of(port, host=f"127.0.0.1:{port}") == 401
+    assert "SIGHUP: http: the bearer tokens and allowed-hosts in force stay, the token file was not read" in text \
+        and "holds no token" in text, text
+    assert "SIGHUP: users file" in text and ": 2 users" in text, text
