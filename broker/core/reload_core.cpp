@@ -2,8 +2,12 @@
 // keys the core applies at run time, taken on the core strand, then what they change put in force.
 #include <spdlog/spdlog.h>
 
+#include <map>
+
 #include "core.h"
 #include "core_timers.h"
+#include "durable_name.h"
+#include "escrow/broker/security/names.h"
 
 namespace escrow::broker {
 namespace {
@@ -14,7 +18,30 @@ std::string join(const std::vector<std::string>& items) {
   return out;
 }
 
+// What one user no longer in the users file still owns.
+struct owned {
+  std::size_t subscriptions = 0;
+  std::size_t branches = 0;
+};
+
 }  // namespace
+
+void broker::warn_about_owners_gone(std::shared_ptr<const users_table> users) {
+  impl_->post([m = impl_.get(), users = std::move(users)] {
+    std::map<std::string, owned> gone;
+    auto known = [&](const std::string& owner) { return owner.empty() || users->by_name.count(owner) != 0; };
+    for (const auto& [key, q] : m->topology.queues)
+      if (auto d = parse_durable_key(key); d && !known(d->owner)) ++gone[d->owner].subscriptions;
+    for (const auto& [id, b] : m->transactions.rm.branches())
+      if (!known(b->owner)) ++gone[b->owner].branches;
+    for (const auto& [owner, n] : gone)
+      spdlog::warn("SIGHUP: user '{}' is no longer in the users file but still owns {} durable subscription(s) "
+                   "and {} transaction branch(es): a new user named '{}' would own them. End them before the name "
+                   "is given again (escrow subscriptions and escrow xa list show them; escrow subscription delete "
+                   "CLIENT-ID NAME --owner {}, escrow xa rollback XID --owner {})",
+                   loggable(owner), n.subscriptions, n.branches, loggable(owner), loggable(owner), loggable(owner));
+  });
+}
 
 void broker::reload(const broker_config& fresh) {
   impl_->post([m = impl_.get(), fresh] {

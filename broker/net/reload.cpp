@@ -71,7 +71,8 @@ void reload_configuration(const broker_config& running, broker& core, http_conte
     spdlog::info("SIGHUP: users file {}: {} users", running.users_file, users->by_name.size());
     if (std::string warning = users_file_exposure(running.users_file); !warning.empty())
       spdlog::warn("SIGHUP: {}", warning);
-    core.authentication()->replace_users(std::move(users));
+    core.authentication()->replace_users(users);
+    core.warn_about_owners_gone(std::move(users));
   }
   if (http && running.http_listen && http_tokens_loaded) {
     bool token = !http_tokens.empty();

@@ -261,3 +261,26 @@ def test_n15c_a_bad_token_file_at_sighup_keeps_the_token_and_reloads_the_users_f
     assert "SIGHUP: http: the bearer tokens and allowed-hosts in force stay, the token file was not read" in text \
         and "holds no token" in text, text
     assert "SIGHUP: users file" in text and ": 2 users" in text, text
+
+
+# -- N11: what a removed user still owns -----------------------------------------------------------------
+
+def test_n11_sighup_warns_about_what_a_removed_user_still_owns(broker_factory, users_file):
+    # Ownership is by name: bob's subscription and prepared branch pass to whoever is next given
+    # the name bob. Removing him now says so, at the SIGHUP that removes him.
+    from test_tenants import new_xid
+    b = secured(broker_factory, users_file)
+    bob_billing_subscription(b, client_id=unique("bob-app"))
+    bob = login(b, "bob")
+    x = new_xid()
+    assert bob.xa("START", x).result == "XA_OK"
+    bob.send(f"/queue/billing.{unique()}", "bob's invoice")
+    assert bob.xa("END", x, "TMSUCCESS").result == "XA_OK"
+    assert bob.xa("PREPARE", x).result == "XA_OK"
+    bob.close()
+    without_bob = [entry for entry in users_file.split("[[user]]") if entry.strip() and 'name = "bob"' not in entry]
+    (b.workdir / "users.toml").write_text("".join("[[user]]" + entry for entry in without_bob))
+    b.proc.send_signal(signal.SIGHUP)
+    b.wait_log("SIGHUP: user 'bob' is no longer in the users file but still owns 1 durable subscription(s) and 1 "
+               "transaction branch(es): a new user named 'bob' would own them")
+    assert "user 'alice' is no longer" not in b.log and "user 'ops' is no longer" not in b.log

@@ -44,6 +44,7 @@ struct connect_info {
 };
 
 class authenticator;
+struct users_table;
 
 class broker {
  public:
@@ -107,6 +108,10 @@ class broker {
   // SIGHUP: takes what can change at run time from `fresh` (address settings, the reaper's period,
   // persist-delivery-count-before-delivery) and logs what changed. Thread-safe (posts to the core).
   void reload(const broker_config& fresh);
+  // SIGHUP, once the users file is read again: warns about each user that is not in `users` but
+  // still owns durable subscriptions or transaction branches, which a new user of that name would
+  // own (ownership is by name). Thread-safe (posts to the core).
+  void warn_about_owners_gone(std::shared_ptr<const users_table> users);
 
  private:
   struct impl;
