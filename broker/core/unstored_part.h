@@ -34,21 +34,29 @@ class unstored_part {
   void remove(std::uint64_t id, std::uint64_t bytes) { adjust(id, -static_cast<std::int64_t>(bytes)); }
 
   // Whether connection `id` should stop reading while `total` bytes wait broker-wide, against
-  // `limit`: nobody at or below the limit; everybody above twice the limit (memory stays bounded);
-  // in between, only a connection holding more than its fair share (the limit over the
-  // connections holding any), or whose user holds more than the limit over the users holding any
-  // (so that many connections of one user do not add up to more than one user's share).
+  // `limit`: a connection holding more than its cap (an eighth of the limit); above the limit also
+  // one holding more than its fair share (the limit over the connections holding any), or whose
+  // user holds more than the limit over the users holding any (so that many connections of one
+  // user do not add up to more than one user's share); above twice the limit, everybody (memory
+  // stays bounded).
   bool paused(std::uint64_t id, std::uint64_t total, std::uint64_t limit) const {
-    if (total <= limit) return false;
+    if (total <= limit / kConnectionShare) return false;  // nobody can hold more than its cap
     if (total > 2 * limit) return true;
     std::lock_guard lock(mutex_);
     auto it = by_connection_.find(id);
     if (it == by_connection_.end()) return false;
     const account& a = it->second;
+    if (a.bytes > limit / kConnectionShare) return true;
+    if (total <= limit) return false;
     if (a.bytes > limit / std::max<std::size_t>(holding_, 1)) return true;
     auto u = by_user_.find(a.user);
     return u != by_user_.end() && u->second > limit / std::max<std::size_t>(by_user_.size(), 1);
   }
+
+  // One connection alone never holds more than this fraction of the limit: what it holds is
+  // written in the group commits ahead of every other connection's writes, so it is what another
+  // producer's receipt waits behind (docs/performance.md, "Tenants").
+  static constexpr std::uint64_t kConnectionShare = 8;
 
   std::uint64_t held_by(std::uint64_t id) const {  // for tests
     std::lock_guard lock(mutex_);

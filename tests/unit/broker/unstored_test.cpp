@@ -1,5 +1,6 @@
-// Back-pressure by share (unstored_part.h): above limits.max-unstored-bytes only the connections
-// (or users) holding more than their share stop reading; above twice the limit, everyone.
+// Back-pressure by share (unstored_part.h): a connection holding more than an eighth of
+// limits.max-unstored-bytes stops reading; above the limit the connections (or users) holding more
+// than their share too; above twice the limit, everyone.
 #include <doctest/doctest.h>
 
 #include "unstored_part.h"
@@ -14,7 +15,8 @@ TEST_SUITE("broker/unstored") {
     u.open(2, "alice");
     u.add(1, 1100);  // bob's pipelined sends
     u.add(2, 50);    // alice's one SEND waiting for its receipt
-    CHECK_FALSE(u.paused(1, 900, limit));  // at or below the limit: nobody
+    CHECK_FALSE(u.paused(2, 900, limit));  // at or below the limit: only a connection over its cap
+    CHECK(u.paused(1, 900, limit));         // bob holds more than an eighth of the limit
     CHECK(u.paused(1, 1150, limit));
     CHECK_FALSE(u.paused(2, 1150, limit));
     CHECK(u.paused(2, 2001, limit));  // the hard ceiling: everyone
@@ -50,6 +52,7 @@ TEST_SUITE("broker/unstored") {
     u.open(2, "bob");
     u.add(2, 10);
     CHECK_FALSE(u.paused(2, 1500, 1000));  // bob's old bytes are gone from his share
+    CHECK_FALSE(u.paused(2, 100, 1000));   // below an eighth of the limit in all: nobody
     CHECK_FALSE(u.paused(99, 1500, 1000));  // unknown: not paused below the ceiling
   }
 }
