@@ -159,9 +159,17 @@ std::vector<branch_ptr> resource_manager::find_all(const xid& x) const {
 }
 
 branch_ptr resource_manager::lookup(xa_verb verb, const xid& x, const caller& who, reply& r) const {
+  bool decides = verb == xa_verb::commit || verb == xa_verb::rollback || verb == xa_verb::forget;
+  if (who.owner && *who.owner != who.user) {
+    // An operator names the owner: that user's branch alone, once the manager has decided it.
+    if (!who.admin || !decides) return nullptr;
+    auto named = branches_.find(branch_id{*who.owner, x});
+    if (named == branches_.end()) return nullptr;
+    const branch& b = *named->second;
+    return b.state == branch_state::prepared || is_heuristic(b.state) ? named->second : nullptr;
+  }
   auto it = branches_.find(branch_id{who.user, x});
   if (it != branches_.end()) return it->second;
-  bool decides = verb == xa_verb::commit || verb == xa_verb::rollback || verb == xa_verb::forget;
   if (!who.admin || !decides) return nullptr;
   // Recovery under an operator's login: another user's branch, once the manager has decided it.
   std::vector<branch_ptr> decidable;
@@ -170,7 +178,8 @@ branch_ptr resource_manager::lookup(xa_verb verb, const xid& x, const caller& wh
   if (decidable.size() <= 1) return decidable.empty() ? nullptr : decidable.front();
   r.code = XAER_RMERR;
   r.problem = "xid " + x.to_string() + " names prepared branches of " + std::to_string(decidable.size()) +
-              " users; an operator decides each with escrow xa commit or rollback and its --owner";
+              " users; name the owner with the frame's user header (escrow xa list shows them), or decide "
+              "each with escrow xa commit or rollback and its --owner";
   return nullptr;
 }
 

@@ -239,6 +239,9 @@ struct broker::impl {
   rm::caller caller_of(const connection& c) const;
   // The branch an operator means by `x` (and the `user` header, when given): admin_core.h.
   operator_target owner_for_operator(const xid& x, const std::string* user) const;
+  // An XA frame's user header into `caller` (transactions.cpp); false after answering XAER_INVAL.
+  bool take_named_owner(const connection& c, const frame& f, rm::xa_verb verb, rm::caller& caller,
+                        const std::function<void(int, const std::string&)>& answer) const;
   void expire_branches();
   // A local transaction rolled back at transactions.local-timeout-ms: its connection gets an ERROR.
   void time_out_local(const rm::branch_ptr& b);

@@ -177,6 +177,26 @@ operator_target broker::impl::owner_for_operator(const xid& x, const std::string
   return t;
 }
 
+// The user header of an XA frame: the owner of the branch an operator (admin) commits, rolls back
+// or forgets, so that a transaction manager recovering under an operator's login decides a xid
+// that several users have prepared (docs/security.md, "Tenants"). Anyone else naming another user,
+// and any other verb, gets XAER_INVAL: the header decides nothing for them, and says so.
+bool broker::impl::take_named_owner(const connection& c, const frame& f, rm::xa_verb verb, rm::caller& caller,
+                                    const std::function<void(int, const std::string&)>& answer) const {
+  const std::string* owner = f.find("user");
+  if (!owner || *owner == c.info.user) return true;
+  if (verb != rm::xa_verb::commit && verb != rm::xa_verb::rollback && verb != rm::xa_verb::forget)
+    return answer(XAER_INVAL, "the user header names whose branch an operator commits, rolls back or forgets; " +
+                                  f.command + " takes none"),
+           false;
+  if (!caller.admin)
+    return answer(XAER_INVAL, "the user header is for operators (the admin permission on the broker): leave it "
+                              "out to decide a branch of your own"),
+           false;
+  caller.owner = *owner;
+  return true;
+}
+
 rm::caller broker::impl::caller_of(const connection& c) const {
   return rm::caller{c.info.user, holds_globally(c, permission::admin)};
 }
@@ -321,6 +341,7 @@ void broker::impl::handle_xa(const connection_ptr& c, const frame& f) {
         !own->second->work.empty())
       if (auto refusal = prepare_refusal(*c)) return answer(XAER_RMERR, *refusal);
   }
+  if (!take_named_owner(*c, f, *verb, caller, answer)) return;
   auto r = transactions.rm.call(*verb, c->id, *x, *flags, caller);
   std::string problem = r.problem;
   carry_out(std::move(r), [this, c, answer, starts_branch, id = rm::branch_id{caller.user, *x}, problem](int code) {

@@ -284,3 +284,37 @@ def test_n11_sighup_warns_about_what_a_removed_user_still_owns(broker_factory, u
     b.wait_log("SIGHUP: user 'bob' is no longer in the users file but still owns 1 durable subscription(s) and 1 "
                "transaction branch(es): a new user named 'bob' would own them")
     assert "user 'alice' is no longer" not in b.log and "user 'ops' is no longer" not in b.log
+
+
+# -- N12: an operator names the owner in XA frames -----------------------------------------------------
+
+def test_n12_an_operator_names_the_owner_of_a_xid_two_users_prepared(tenants):
+    # A xid bob prepared too made the operator login's recovery answer XAER_RMERR for alice's
+    # branch, with no way for a transaction manager to say which one it meant.
+    from test_tenants import new_xid
+    x = new_xid()
+    queues = {}
+    for user in ("alice", "bob"):
+        c = login(tenants, user)
+        assert c.xa("START", x).result == "XA_OK"
+        queues[user] = f"/queue/{'orders' if user == 'alice' else 'billing'}.{unique()}"
+        c.send(queues[user], f"{user}'s work")
+        assert c.xa("END", x, "TMSUCCESS").result == "XA_OK"
+        assert c.xa("PREPARE", x).result == "XA_OK"
+        c.close()
+    ops = login(tenants, "ops")
+    assert ops.xa("COMMIT", x).result == "XAER_RMERR"
+    assert ops.xa("COMMIT", x, user="alice").result == "XA_OK"
+    assert ops.xa("ROLLBACK", x, user="bob").result == "XA_OK"
+    assert ops.xa("COMMIT", x, user="bob").result == "XAER_NOTA"  # decided: gone
+    reader = login(tenants, "alice")
+    reader.subscribe(queues["alice"])
+    assert [m.body for m in reader.wait_messages(1)] == ["alice's work"]
+    # Only an operator's user header counts, and only on the verbs that decide.
+    bob = login(tenants, "bob")
+    reply = bob.xa("COMMIT", x, user="alice")
+    assert reply.result == "XAER_INVAL" and "the user header is for operators" in reply.message, reply
+    reply = ops.xa("START", new_xid(), user="alice")
+    assert reply.result == "XAER_INVAL" and "XA-START takes none" in reply.message, reply
+    for c in (ops, reader, bob):
+        c.close()

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -43,6 +44,10 @@ namespace escrow::rm {
 struct caller {
   std::string user;
   bool admin = false;
+  // The owner an admin names for commit, rollback or forget (the XA frame's user header): then
+  // only that user's branch of the xid, and only once prepared or heuristically completed, even
+  // when several users have one. Ignored for anyone else.
+  std::optional<std::string> owner = std::nullopt;
 };
 
 // A branch's name: its owner and its xid.
