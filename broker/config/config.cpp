@@ -215,6 +215,7 @@ toml_keys limits_keys(broker_config& config) {
           {"max-consumer-window-bytes", unsigned_field(config.max_consumer_window_bytes, 1)},
           {"max-memory-bytes-per-queue", unsigned_field(config.max_memory_bytes_per_queue, 1)},
           {"max-memory-bytes-per-user", unsigned_field(config.max_memory_bytes_per_user, 1)},
+          {"memory-high-watermark", unsigned_field(config.memory_high_watermark)},
           {"memory-full-policy", [&config](const toml::node& n) -> std::string {
              auto v = n.value<std::string>();
              if (!n.is_string() || (*v != "refuse" && *v != "drop-oldest")) return "must be \"refuse\" or \"drop-oldest\"";

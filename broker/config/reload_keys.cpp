@@ -86,6 +86,7 @@ const config_key kConfigKeys[] = {
     {"limits.max-consumer-window-bytes", same<&C::max_consumer_window_bytes>},
     {"limits.max-memory-bytes-per-queue", same<&C::max_memory_bytes_per_queue>},
     {"limits.max-memory-bytes-per-user", same<&C::max_memory_bytes_per_user>},
+    {"limits.memory-high-watermark", same<&C::memory_high_watermark>},
     {"limits.memory-full-policy", same<&C::memory_full_policy>},
     {"limits.max-stored-bytes-per-user", same<&C::max_stored_bytes_per_user>},
     {"limits.max-unauthenticated-per-address", same<&C::max_unauthenticated_per_address>},

@@ -14,6 +14,7 @@
 #include "escrow/broker/security/names.h"
 #include "durable_name.h"
 #include "core_timers.h"
+#include "memory_alarm.h"
 #include "escrow/storage/coding.h"
 #include "escrow/storage/schema.h"
 #include "escrow/storage/store.h"
@@ -46,6 +47,7 @@ broker::impl::impl(asio::io_context& io, storage::store& s, const broker_config&
   post = [strand](std::function<void()> fn) { asio::post(strand, std::move(fn)); };
   timers.reset(new core_timers{asio::steady_timer(strand), asio::steady_timer(strand), asio::steady_timer(strand),
                                asio::steady_timer(strand), asio::steady_timer(strand)});
+  alarm = std::make_unique<memory_alarm>(io, c.memory_high_watermark);
 }
 
 broker::impl::~impl() { stop_store_readers(); }
@@ -358,6 +360,7 @@ storage::status broker::open() {
     p->schedule_expiry();
     p->schedule_reaper();
   });
+  m.alarm->start();
   return {};
 }
 
@@ -441,6 +444,8 @@ void broker::on_frames(std::uint64_t id, std::vector<frame> frames) {
     m->unstored.remove(id, bytes);
   });
 }
+
+bool broker::memory_alarm_set() const { return impl_->alarm->set(); }
 
 void broker::stop_input() { impl_->input_stopped = true; }
 bool broker::input_stopped() const { return impl_->input_stopped.load(std::memory_order_relaxed); }

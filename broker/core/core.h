@@ -37,6 +37,8 @@
 
 namespace escrow::broker {
 
+class memory_alarm;
+
 // Timers that need Asio; defined in broker.cpp.
 struct core_timers;
 
@@ -97,6 +99,7 @@ struct broker::impl {
   acks_part acks;  // acknowledgements waiting for the next write (acks_part.h)
   std::uint64_t next_message_id = 1;
   std::unique_ptr<core_timers> timers;
+  std::unique_ptr<memory_alarm> alarm;  // limits.memory-high-watermark (memory_alarm.h)
   undelivered_part undelivered;  // expiry, redelivery delays, dead letters (undelivered_part.h)
   std::mt19937_64 random{std::random_device{}()};
   // Addresses whose settings and grants are cached at most (each cache is emptied beyond it).

@@ -351,6 +351,17 @@ asio::awaitable<void> basic_session<Stream>::read_loop() {
       pause.expires_after(std::chrono::milliseconds(2));
       co_await pause.async_wait(kNoThrow);
     }
+    // The memory alarm (limits.memory-high-watermark): a connection that has sent a SEND is not
+    // read while it is set; the others go on, so consumers can take and acknowledge what holds the
+    // memory. Polled every 10 ms: the alarm is measured every 100.
+    for (bool logged = false; producer_ && !closing_ && core_.memory_alarm_set(); logged = true) {
+      if (!logged)
+        spdlog::debug("connection {} ({}): reading paused: the memory alarm is set (limits.memory-high-watermark)",
+                      id_, peer_);
+      last_read_ = clock::now();
+      pause.expires_after(std::chrono::milliseconds(10));
+      co_await pause.async_wait(kNoThrow);
+    }
     if (closing_) break;
     boost::system::error_code ec;
     std::size_t n = 0;
@@ -406,6 +417,7 @@ asio::awaitable<bool> basic_session<Stream>::hand_on(std::vector<frame>& frames)
   std::vector<frame> for_core;
   for (auto& f : frames) {
     if (connected_ && f.command != "CONNECT" && f.command != "STOMP") {
+      producer_ = producer_ || f.command == "SEND";
       for_core.push_back(std::move(f));
       continue;
     }

@@ -7,6 +7,7 @@ finding did, and holds what another user relies on: her SENDs and RECEIPTs go on
 
 import os
 import socket
+import threading
 import time
 
 import pytest
@@ -214,3 +215,49 @@ def test_subscriptions_are_bounded_per_user_over_all_connections(broker_factory,
             break
         assert time.monotonic() < deadline, f
         time.sleep(0.05)
+
+
+@pytest.mark.skipif(SANITIZED, reason="ASan's shadow memory makes resident memory no measure of the broker's")
+def test_the_memory_watermark_stops_reading_producers_while_consumers_go_on(broker_factory, raw):
+    # RabbitMQ's memory alarm: the queue and user budgets are set out of the way, the watermark 48
+    # MiB above what the broker holds at start. A producer floods; once resident memory passes the
+    # watermark its connection is not read, so memory stops growing, while a consumer on another
+    # connection takes everything; then the alarm clears and the producer's last SEND is answered.
+    probe = broker_factory()
+    start_rss = rss_anon_kib(probe.proc.pid) * 1024
+    probe.terminate()
+    watermark = start_rss + (48 << 20)
+    b = broker_factory(config=f"[limits]\nmax-memory-bytes-per-queue = 4294967296\n"
+                              f"max-memory-bytes-per-user = 4294967296\nmemory-high-watermark = {watermark}\n")
+    q = "/queue/" + unique("alarm")
+    count = 600_000
+    peak = [0]
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            peak[0] = max(peak[0], rss_anon_kib(b.proc.pid) * 1024)
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    answer = []
+    producer = threading.Thread(target=lambda: answer.append(flood(b, q, count, body=b"z" * 100)), daemon=True)
+    producer.start()
+    b.wait_log("memory alarm set: resident memory", timeout=60 * SLOW)
+    assert not answer, "the producer's last SEND was answered while the alarm was set"
+    # A consumer is read and served while the alarm is set.
+    c, _ = connected(raw, b)
+    c.send(frame_bytes("SUBSCRIBE", [("id", "s"), ("destination", q)]))
+    received = 0
+    while received < count + 1:
+        f = c.read_frame(timeout=TIMEOUT)
+        assert f.command == "MESSAGE", f
+        received += 1
+    producer.join(60 * SLOW)
+    done.set()
+    assert answer and answer[0].startswith("RECEIPT"), answer
+    assert "memory alarm cleared" in b.log
+    over_mib = (peak[0] - watermark) / (1 << 20)
+    print(f"watermark {watermark >> 20} MiB: peak RssAnon {peak[0] >> 20} MiB ({over_mib:+.0f} MiB)")
+    assert over_mib < 64, f"resident memory went {over_mib:.0f} MiB past the watermark"

@@ -82,12 +82,14 @@ TEST_SUITE("broker/config") {
     CHECK(config.max_memory_bytes_per_user == 256u << 20);
     CHECK(config.memory_full_policy == "refuse");
     CHECK(config.queue_memory_bytes == 8u << 20);
+    CHECK(config.memory_high_watermark == 0);
     CHECK(load_config_text("[limits]\nmax-subscriptions-per-user = 1\nmax-consumer-window-bytes = 1\n"
                            "max-memory-bytes-per-queue = 1\nmax-memory-bytes-per-user = 1\n"
-                           "memory-full-policy = \"drop-oldest\"\n[delivery]\nqueue-memory-bytes = 1\n",
+                           "memory-full-policy = \"drop-oldest\"\nmemory-high-watermark = 1\n[delivery]\nqueue-memory-bytes = 1\n",
                            "t.toml", config).empty());
     CHECK(config.memory_full_policy == "drop-oldest");
     CHECK(config.queue_memory_bytes == 1);
+    CHECK(config.memory_high_watermark == 1);
     for (const char* key : {"max-subscriptions-per-user", "max-consumer-window-bytes", "max-memory-bytes-per-queue",
                             "max-memory-bytes-per-user"}) {
       CAPTURE(key);

@@ -106,6 +106,7 @@ struct broker_config {
   std::uint64_t max_memory_bytes_per_queue = 64 << 20;  // non-persistent messages ready in one queue
   std::string memory_full_policy = "refuse";            // a queue at it: "refuse" the SEND or "drop-oldest"
   std::uint64_t max_memory_bytes_per_user = 256 << 20;  // non-persistent messages a user's SENDs hold in memory
+  std::uint64_t memory_high_watermark = 0;  // resident bytes above which producers are not read; 0: 40% of RAM
   std::uint64_t queue_memory_bytes = 8 << 20;           // [delivery] stored messages' bodies kept in memory per queue
   std::size_t max_waiting_logins_per_user = 16;  // checks of one login name waiting or running
   std::size_t reserved_pending_logins = 64;    // of max_pending_logins, for addresses without failures (at most half)

@@ -81,6 +81,9 @@ class broker {
   // connection (or its user) holds more than its share of them; above twice the limit, every
   // session stops (docs/security.md, "Limits"). Thread-safe.
   bool reading_paused(std::uint64_t connection_id) const;
+  // The memory alarm (limits.memory-high-watermark) is set: sessions stop reading from the
+  // connections that send (docs/security.md, "Limits"). Thread-safe.
+  bool memory_alarm_set() const;
   // The graceful stop: from now on no session hands the core another frame (what it reads is
   // dropped), so that the last writes and their receipts are a closed set. Thread-safe.
   void stop_input();
