@@ -145,21 +145,7 @@ std::optional<queue_entry> queue::take(const storage::entry_key& key) {
   return e;
 }
 
-std::vector<queue_entry> queue::take_unstored_ready() {
-  std::vector<queue_entry> out;
-  for (auto it = ready_.begin(); it != ready_.end();) {
-    if (it->second.stored) {
-      ++it;
-      continue;
-    }
-    held_.insert(it->first);
-    forget_expiring(it->second);
-    count(it->second, false);
-    out.push_back(std::move(it->second));
-    it = ready_.erase(it);
-  }
-  return out;
-}
+std::vector<queue_entry> queue::take_unstored_ready() { return take_oldest_unstored(UINT64_MAX); }
 
 std::vector<queue_entry> queue::take_oldest_unstored(std::uint64_t bytes) {
   std::vector<queue_entry> out;
