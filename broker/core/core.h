@@ -126,11 +126,11 @@ struct broker::impl {
   // XA-START of a new branch or BEGIN: false when `c` has max-branches-per-connection open, or its
   // user max-branches-per-user.
   bool may_start_branch(connection& c, const frame* request);
-  // Why c's user may not prepare another branch (max-prepared-branches-per-user), if so.
-  std::optional<std::string> prepare_refusal(const connection& c) const;
   // limits.max-subscriptions-per-user, and the count it checks (SUBSCRIBE +1, UNSUBSCRIBE and close -n).
   bool may_subscribe(connection& c, const frame& f);
   void count_subscriptions(const connection& c, std::int64_t delta);
+  // Why c's user may not prepare another branch (max-prepared-branches-per-user), if so.
+  std::optional<std::string> prepare_refusal(const connection& c) const;
   // A SEND of `bytes` staged in `b`: within max-transaction-bytes and, over all of its owner's
   // transactions, max-transaction-bytes-per-user; counted then, until release_staged.
   bool may_stage(connection& c, rm::branch& b, std::uint64_t bytes, const frame& f);
@@ -275,8 +275,6 @@ struct broker::impl {
   bool route(const connection_ptr& c, frame& f, routed_message& out, storage::batch& records);
   void publish(std::vector<std::pair<queue_ptr, queue_entry>>& entries);
 
-  // Queues.
-  queue_ptr find_by_id(std::uint32_t id) const;
   // Memory of non-persistent messages (memory_budgets.cpp; docs/security.md, "Limits").
   // A message for `targets` (stored: whether each entry is stored) from `c`: when no entry is
   // stored it lives in memory only and is charged to its user (limits.max-memory-bytes-per-user)
@@ -289,6 +287,8 @@ struct broker::impl {
   void make_room(queue& q, const queue_entry& e);
   std::unordered_map<std::string, std::shared_ptr<std::atomic<std::uint64_t>>> memory_by_user;
 
+  // Queues.
+  queue_ptr find_by_id(std::uint32_t id) const;
   void add_queue(const queue_ptr& q);     // known by key and id; counted for its creator
   void remove_queue(const queue_ptr& q);  // forgotten (when `topology.queues` still names this one)
   queue_ptr find_or_create_queue(const std::string& name, storage::batch& b,

@@ -109,7 +109,8 @@ queue_ptr broker::impl::durable_source(const connection_ptr& c, const frame& f, 
   durable_id d{c->info.client_id, name, c->info.user};
   if (!may_create_queue(*c, durable_key(d), &f)) return nullptr;
   auto q = std::make_shared<queue>(topology.next_queue_id++, durable_display_name(d), queue::kind::durable_subscription,
-                                   topic_name, &store, config.queue_memory_window);
+                                   topic_name, &store, config.queue_memory_window,
+                                   config.queue_memory_bytes);
   q->storage_key = durable_key(d);
   q->creator = c->info.user;
   add_queue(q);
@@ -142,7 +143,8 @@ queue_ptr broker::impl::subscription_source(const connection_ptr& c, const frame
   if (durable) return durable_source(c, f, name, *durable, b, created);
   // A non-durable subscription: an in-memory queue of its own, for as long as its consumer stays.
   auto q = std::make_shared<queue>(topology.next_queue_id++, "subscription-" + std::to_string(c->id) + "-" + id,
-                                   queue::kind::subscription, name, &store, config.queue_memory_window);
+                                   queue::kind::subscription, name, &store, config.queue_memory_window,
+                                   config.queue_memory_bytes);
   add_queue(q);
   topology.topics[name].subscriptions.push_back(q);
   return q;
@@ -160,6 +162,7 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
   if (c->subscriptions.size() >= config.max_subscriptions_per_connection)
     return error(*c, "too many subscriptions on this connection: " + std::to_string(c->subscriptions.size()) +
                          " (limits.max-subscriptions-per-connection)", &f);
+  if (!may_subscribe(*c, f)) return;
   auto sub = new_subscription(c, f, id);
   if (!sub) return;
   storage::batch b;
@@ -170,6 +173,7 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
   queue_ptr source = sub->source;
   source->consumers().push_back(sub.get());
   c->subscriptions.emplace(id, std::move(sub));
+  count_subscriptions(*c, 1);
   if (!created) {
     receipt_after(c, f, std::move(b));
     return dispatch(source);
@@ -180,7 +184,6 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
   receipt_after(c, f, std::move(b), "durable subscription", [this, created](bool stored) {
     auto it = topology.queues.find(created->storage_key);
     // Ended meanwhile (its UNSUBSCRIBE came before this answer): it does not join its topic.
-  if (!may_subscribe(*c, f)) return;
     if (it == topology.queues.end() || it->second != created || created->dropping) return;
     if (stored) {
       topology.topics[created->topic()].subscriptions.push_back(created);
@@ -191,7 +194,6 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
 }
 
 void broker::impl::detach(subscription& s, storage::batch& b) {
-  count_subscriptions(*c, 1);
   for (auto& [tag, d] : s.unacked) {
     s.owner->tag_owner.erase(tag);
     requeue(std::move(d), b);
@@ -266,6 +268,7 @@ void broker::impl::handle_unsubscribe(const connection_ptr& c, const frame& f) {
     source = it->second->source;
     detach(*it->second, b);
     c->subscriptions.erase(it);
+    count_subscriptions(*c, -1);
   } else if (!name) {
     return error(*c, "UNSUBSCRIBE names subscription id '" + id + "', which this connection does not have", &f);
   }
@@ -286,5 +289,4 @@ void broker::impl::handle_unsubscribe(const connection_ptr& c, const frame& f) {
   if (source) dispatch(source);
 }
 
-    count_subscriptions(*c, -1);
 }  // namespace escrow::broker
