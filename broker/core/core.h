@@ -277,7 +277,7 @@ struct broker::impl {
 
   // Memory of non-persistent messages (memory_budgets.cpp; docs/security.md, "Limits").
   // A message for `targets` (stored: whether each entry is stored) from `c`: when no entry is
-  // stored it lives in memory only and is charged to its user (limits.max-memory-bytes-per-user)
+  // stored and one is in a queue, it is charged to its user (limits.max-memory-bytes-per-user)
   // while it exists. nullptr, with the ERROR sent, when over that or over a queue's
   // limits.max-memory-bytes-per-queue with memory-full-policy "refuse".
   std::shared_ptr<message> charged_message(connection& c, storage::message_record record,

@@ -1,5 +1,5 @@
 // What non-persistent messages may hold in memory (docs/security.md, "Limits"): per user, the
-// messages its SENDs keep only in memory (limits.max-memory-bytes-per-user), charged when the
+// messages its SENDs keep only in memory in queues (limits.max-memory-bytes-per-user), charged when the
 // message is made and released by the message's own deleter when its last holder lets it go; per
 // queue, the ready ones (limits.max-memory-bytes-per-queue), refused at SEND or made room for by
 // dropping the oldest (limits.memory-full-policy; always for subscriptions, so that no subscriber
@@ -13,13 +13,14 @@ namespace escrow::broker {
 std::shared_ptr<message> broker::impl::charged_message(connection& c, storage::message_record record,
                                                        const std::vector<std::pair<queue_ptr, bool>>& targets,
                                                        const frame& f) {
-  auto* made = new message();
-  made->record = std::move(record);
-  std::unique_ptr<message> guard(made);
-  const std::uint64_t bytes = memory_bytes(*made);
-  bool memory_only = !targets.empty();
+  const std::uint64_t bytes = memory_bytes(record);
+  // Charged to the sender: a message kept only in memory that reaches a queue. One that reaches
+  // only topic subscriptions is not: each subscription is bounded by the per-queue budget (it drops
+  // its oldest), and a subscriber that does not acknowledge must not use up the publisher's budget.
+  bool memory_only = !targets.empty(), in_a_queue = false;
   for (const auto& [q, stored] : targets) {
     memory_only = memory_only && !stored;
+    in_a_queue = in_a_queue || q->type() == queue::kind::queue;
     if (stored) continue;
     if (bytes > config.max_memory_bytes_per_queue)
       return error(c, "SEND refused: the message takes " + std::to_string(bytes) +
@@ -36,7 +37,11 @@ std::shared_ptr<message> broker::impl::charged_message(connection& c, storage::m
                           "\"drop-oldest\"", &f),
              nullptr;
   }
-  if (!memory_only) return std::shared_ptr<message>(guard.release());
+  if (!memory_only || !in_a_queue) {
+    auto m = std::make_shared<message>();
+    m->record = std::move(record);
+    return m;
+  }
   auto& account = memory_by_user[c.info.user];
   if (!account) account = std::make_shared<std::atomic<std::uint64_t>>(0);
   std::uint64_t held = account->load(std::memory_order_relaxed);
@@ -48,10 +53,11 @@ std::shared_ptr<message> broker::impl::charged_message(connection& c, storage::m
                         "). Let consumers take them, or send persistent messages", &f),
            nullptr;
   account->fetch_add(bytes, std::memory_order_relaxed);
-  return std::shared_ptr<message>(guard.release(), [account, bytes](message* m) {
+  std::shared_ptr<message> m(new message{0, std::move(record)}, [account, bytes](message* gone) {
     account->fetch_sub(bytes, std::memory_order_relaxed);
-    delete m;
+    delete gone;
   });
+  return m;
 }
 
 void broker::impl::make_room(queue& q, const queue_entry& e) {

@@ -33,12 +33,13 @@ struct subscription;
 
 // What a message costs in memory, roughly: its body, destination and headers, plus a fixed
 // overhead for the objects that hold it. The byte budgets (docs/security.md, "Limits") count this.
-inline std::uint64_t memory_bytes(const message& m) {
+inline std::uint64_t memory_bytes(const storage::message_record& r) {
   constexpr std::uint64_t kOverhead = 256, kPerHeader = 64;
-  std::uint64_t n = kOverhead + m.record.body.size() + m.record.destination.size();
-  for (const auto& [name, value] : m.record.headers) n += kPerHeader + name.size() + value.size();
+  std::uint64_t n = kOverhead + r.body.size() + r.destination.size();
+  for (const auto& [name, value] : r.headers) n += kPerHeader + name.size() + value.size();
   return n;
 }
+inline std::uint64_t memory_bytes(const message& m) { return memory_bytes(m.record); }
 
 // A message's place in one queue.
 struct queue_entry {

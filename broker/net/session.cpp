@@ -12,6 +12,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <span>
 #include <tuple>
 #include <vector>
@@ -54,11 +55,14 @@ auto async_check(authenticator& auth, login_request request, std::uint64_t& tick
       token, std::move(request));
 }
 
-// Whether the peer has closed its side (or reset the connection), without reading: data it sent
-// after CONNECT stays where it is.
+// Whether the peer has closed its side (or reset the connection) and sent nothing after its
+// CONNECT, without reading. Frames it sent after CONNECT (a script's SEND and DISCONNECT before it
+// closes) keep its login: they are handled once it is checked, never dropped unread.
 bool peer_has_closed(int fd) {
   pollfd p{fd, POLLRDHUP, 0};
-  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  if (::poll(&p, 1, 0) != 1 || (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) return false;
+  int unread = 0;
+  return (p.revents & (POLLHUP | POLLERR)) != 0 || (::ioctl(fd, FIONREAD, &unread) == 0 && unread == 0);
 }
 
 // limits.first-byte-timeout-ms closes sockets that never speak (port scans, a flood of idle
@@ -424,6 +428,7 @@ asio::awaitable<bool> basic_session<Stream>::hand_on(std::vector<frame>& frames)
     if (!for_core.empty()) core_.on_frames(id_, std::move(for_core));
     for_core.clear();
     if (!connected_ && (f.command == "CONNECT" || f.command == "STOMP")) {
+      frames_behind_connect_ = &f != &frames.back();  // read with it: they keep its check
       login_ = co_await authenticate(f);
       if (closing_) co_return false;
       if (!login_.ok) {
@@ -521,7 +526,7 @@ asio::awaitable<void> basic_session<Stream>::watchdog() {
     if (!connected_ && connect_received_) {
       // Its login waits for its check: a client that closes meanwhile gives up its place at once
       // (authenticator::cancel), so CONNECTs sent by clients that leave hold no login slot.
-      if (login_ticket_ && peer_has_closed(stream_.lowest_layer().native_handle())) {
+      if (login_ticket_ && !frames_behind_connect_ && peer_has_closed(stream_.lowest_layer().native_handle())) {
         core_.authentication()->cancel(std::exchange(login_ticket_, 0));
         watchdog_timer_.expires_at(clock::time_point::max());
       } else {

@@ -107,6 +107,7 @@ class basic_session final : public session_base,
   bool received_any_ = false;      // a byte has arrived (limits.first-byte-timeout-ms no longer applies)
   prelogin_slot prelogin_;         // given back at login
   bool producer_ = false;  // it has sent a SEND: not read while the memory alarm is set
+  bool frames_behind_connect_ = false;  // frames came with its CONNECT: not dropped if it closes
   std::uint64_t login_ticket_ = 0;  // its waiting password check (authenticator::cancel), 0 when none
   bool closing_ = false;  // stop reading; write what is queued, then close
   bool reported_closed_ = false;

@@ -179,7 +179,7 @@ bool authenticator::recently_failed(const std::string& ip, clock::time_point now
 }
 
 std::uint64_t authenticator::submit(login_request request, callback done) {
-  attempt a{std::move(request), std::move(done), 0, {}, false};
+  attempt a{std::move(request), std::move(done), 0, {}, false, std::nullopt};
   std::string reason;
   std::vector<attempt> later;
   {
@@ -213,7 +213,7 @@ std::uint64_t authenticator::submit(login_request request, callback done) {
                std::to_string(limits_.max_waiting_per_user) + ")";
     } else {
       ++pending_;
-      ++waiting_by_user_[a.user_key];
+      if (!a.trusted) ++waiting_by_user_[a.user_key];  // a trusted pair is not counted
       a.ticket = next_ticket_++;
       std::uint64_t ticket = a.ticket;
       if (line != lines_.end()) {
@@ -241,6 +241,7 @@ std::uint64_t authenticator::submit(login_request request, callback done) {
 
 void authenticator::finished(const attempt& a) {
   if (pending_ > 0) --pending_;
+  if (a.trusted) return;
   auto n = waiting_by_user_.find(a.user_key);
   if (n != waiting_by_user_.end() && --n->second == 0) waiting_by_user_.erase(n);
 }
@@ -278,7 +279,10 @@ bool authenticator::schedule(attempt& a) {
                  r.peer_ip, loggable(r.login), wait.count(), user_failures, pair_failures, limits_.max_delay_ms);
     return false;
   }
-  if (u) u->next_turn = due + backoff(u->failures);
+  if (u) {
+    a.turn = std::pair{u->next_turn, due + backoff(u->failures)};
+    u->next_turn = a.turn->second;
+  }
   spdlog::debug("login check of '{}' from {}: {} earlier failures of this user from this address, {} in all{}; "
                 "waits {} ms",
                 loggable(r.login), r.peer_ip, pair_failures, user_failures,
@@ -323,6 +327,11 @@ void authenticator::cancel(std::uint64_t ticket) {
       dropped.push_back(std::move(s->second.second->second));
       s->second.first->erase(s->second.second);
       scheduled_.erase(s);
+      // Its per-user turn goes back, unless a later check has taken the next one meanwhile.
+      const attempt& gone = dropped.back();
+      if (gone.turn)
+        if (auto u = user_failures_.find(gone.user_key); u != user_failures_.end() && u->second.next_turn == gone.turn->second)
+          u->second.next_turn = gone.turn->first;
       advance_line(dropped.back().request.peer_ip, refusals);  // it held its address's turn
     }
     for (auto& a : dropped) finished(a);
@@ -331,7 +340,9 @@ void authenticator::cancel(std::uint64_t ticket) {
     abandoned_logins_.fetch_add(1, std::memory_order_relaxed);
     spdlog::debug("login of '{}' from {} dropped before its check: the client closed the connection",
                   loggable(a.request.login), a.request.peer_ip);
-    a.done(refused());
+    login_result r;
+    r.problem = "login dropped unchecked: the client closed the connection while its check waited";
+    a.done(std::move(r));
   }
   try_again_later(refusals);
 }

@@ -189,3 +189,19 @@ def test_guesses_from_elsewhere_do_not_lock_alice_out_of_her_usual_address(broke
           f"{time.monotonic() - start:.2f} s")
     assert answer == "CONNECTED"
     assert "(this address logged in as this user before: no per-user spacing)" in b.log
+
+
+def test_frames_sent_after_connect_by_a_client_that_closes_are_not_dropped(broker_factory, hashes, conns):
+    # A script's CONNECT, SEND and DISCONNECT, then close, before its (uncached) login is checked:
+    # it is not a client that left, its SEND is delivered once the login is checked.
+    b = secured_broker(broker_factory, hashes)
+    c = Stomp(b.port, "127.0.7.1")
+    c.send("CONNECT\naccept-version:1.2\nhost:localhost\nlogin:alice\npasscode:" + PASSWORDS["alice"] + "\n\n\0"
+           "SEND\ndestination:/queue/orders.scripted\n\nfrom a script\0DISCONNECT\nreceipt:bye\n\n\0")
+    c.sock.close()
+    reader = conns(b).connect_as("alice", PASSWORDS["alice"])
+    assert reader.answer().command == "CONNECTED"
+    reader.send("SUBSCRIBE\nid:s\ndestination:/queue/orders.scripted\n\n\0")
+    m = reader.answer()
+    assert m.command == "MESSAGE" and m.body == b"from a script", m
+    assert "dropped before its check" not in b.log

@@ -123,7 +123,9 @@ def test_the_edge_of_the_queue_budget_and_drop_oldest(broker_factory, raw):
 def test_a_subscriber_that_does_not_read_cannot_make_a_publisher_refused(broker_factory, raw):
     # bob subscribes to the topic and never acknowledges: his subscription keeps at most the budget
     # (the oldest dropped, counted) and alice's publishing is never refused.
-    b = broker_factory(config="[limits]\nmax-memory-bytes-per-queue = 1048576\n")
+    # The user budget is set low too: messages held only by subscriptions are not charged to the
+    # publisher, or bob's unread subscription would use it up.
+    b = broker_factory(config="[limits]\nmax-memory-bytes-per-queue = 1048576\nmax-memory-bytes-per-user = 4194304\n")
     topic = "/topic/" + unique("news")
     bob, _ = connected(raw, b, headers=[("client-id", "bob")])
     bob.send(frame_bytes("SUBSCRIBE", [("id", "s"), ("destination", topic), ("ack", "client"),

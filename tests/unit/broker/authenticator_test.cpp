@@ -146,4 +146,48 @@ TEST_SUITE("broker/authenticator") {
     // From her own address: no per-user spacing, checked at once.
     CHECK(checked(auth, {"127.0.0.1", "alice", "alice-secret", ""}).ok);
   }
+
+  TEST_CASE("a dropped check gives its per-user turn back") {
+    // alice fails three times: her next check waits 400 ms, the one after it 800. With
+    // max_delay_ms 600, a check scheduled and then dropped must not leave the next one at 800.
+    login_limits limits;
+    limits.threads = 1;
+    limits.max_delay_ms = 600;
+    authenticator auth(users(), limits);
+    for (int i = 0; i < 3; ++i) CHECK_FALSE(checked(auth, {"127.0.0.1", "alice", "guess", ""}).ok);
+    std::optional<login_result> dropped;
+    auto ticket = auth.submit({"127.0.0.2", "alice", "guess", ""}, [&dropped](login_result v) { dropped = std::move(v); });
+    REQUIRE(ticket != 0);  // scheduled, about 400 ms out
+    auth.cancel(ticket);
+    REQUIRE(dropped.has_value());
+    // Its turn is free again: the next check takes it (about 400 ms out), not the one after (800).
+    std::promise<login_result> next;
+    auto answer = next.get_future();
+    CHECK(auth.submit({"127.0.0.3", "alice", "alice-secret", ""},
+                      [&next](login_result v) { next.set_value(std::move(v)); }) != 0);
+    CHECK(answer.get().ok);
+  }
+
+  TEST_CASE("checks from a trusted address do not count against the per-user bound") {
+    auto table = std::make_shared<users_table>(*users());
+    table->by_name["bob"] = user_entry{"bob", make_password_hash("bob-secret"), {"app"}, "", 3};  // 0.3 s
+    login_limits limits;
+    limits.threads = 1;
+    limits.max_waiting_per_user = 1;
+    authenticator auth(table, limits);
+    CHECK(checked(auth, {"127.0.0.1", "alice", "alice-secret", ""}).ok);  // .1 is trusted for alice
+    auth.replace_users(table);                                             // nothing remembered
+    std::promise<login_result> slow, trusted, other;
+    auto slow_answer = slow.get_future(), trusted_answer = trusted.get_future(), other_answer = other.get_future();
+    auth.submit({"127.0.0.9", "bob", "wrong", ""}, [&slow](login_result v) { slow.set_value(std::move(v)); });
+    // While bob's check runs: alice from her trusted address waits, and alice from elsewhere is
+    // still within the bound of one.
+    CHECK(auth.submit({"127.0.0.1", "alice", "alice-secret", ""},
+                      [&trusted](login_result v) { trusted.set_value(std::move(v)); }) != 0);
+    CHECK(auth.submit({"127.0.0.2", "alice", "alice-secret", ""},
+                      [&other](login_result v) { other.set_value(std::move(v)); }) != 0);
+    CHECK_FALSE(slow_answer.get().ok);
+    CHECK(trusted_answer.get().ok);
+    CHECK(other_answer.get().ok);
+  }
 }

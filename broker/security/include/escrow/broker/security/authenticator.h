@@ -118,6 +118,9 @@ class authenticator {
     std::uint64_t ticket = 0;
     std::string user_key;  // keyed_hash("user", login): its per-user count of waiting checks
     bool trusted = false;  // its (address, user) logged in successfully before
+    // The per-user turn it took when scheduled, and the one before: a cancelled check gives its
+    // turn back, so that checks dropped before they ran do not push the user's next turn away.
+    std::optional<std::pair<clock::time_point, clock::time_point>> turn;
   };
   struct address_line {              // an address with a check in its turn (scheduled or running)
     std::deque<attempt> waiting;     // behind it, in order of arrival
