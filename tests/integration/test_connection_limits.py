@@ -242,15 +242,17 @@ def test_http_max_connections_at_its_edge(broker_factory):
         close_all(held)
 
 
+@pytest.mark.skipif(os.environ.get("ESCROW_SANITIZED") == "1",
+                    reason="UBSan's vptr check opens a pipe the first time it meets a type "
+                           "(IsAccessibleMemoryRange); with no descriptor left that fails and is reported as an "
+                           "invalid vptr of whatever object the broker touches next (a shared_ptr, an "
+                           "error_category): this test runs the broker out of descriptors, so it runs in the "
+                           "normal build only")
 def test_stomp_listener_out_of_descriptors_closes_what_waits_and_pauses(broker_factory, raw):
     b = broker_factory()  # the defaults: the 40 connections held below are within every limit
     pid = b.proc.pid
     survivor = raw(b)
     survivor.connect()
-    # One SEND before the limit: under UBSan the first check of a type's vtable opens a pipe
-    # (IsAccessibleMemoryRange), which fails with no descriptor left and reads as an invalid vptr.
-    survivor.send(frame_bytes("SEND", [("destination", "/queue/" + unique("n5")), ("receipt", "r0")], "x"))
-    assert survivor.read_frame().command == "RECEIPT"
     limit_descriptors(b, open_descriptors(pid) + 40)
     lines_before, cpu_before = len(log_lines(b)), cpu_seconds(pid)
     flood = [Peer(socket.create_connection(b.address, timeout=TIMEOUT)) for _ in range(80)]

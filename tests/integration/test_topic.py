@@ -2,9 +2,11 @@
 subscriptions that keep messages while their consumer is away, across restarts, until
 UNSUBSCRIBE with the durable name deletes them."""
 
+import time
+
 import pytest
 
-from conftest import bodies, unique
+from conftest import TIMEOUT, bodies, unique
 
 
 def topic():
@@ -120,6 +122,22 @@ def test_durable_subscriptions_are_per_client_id(broker, stomp_client):
     assert bodies(y.wait_messages(1)) == ["both"]
 
 
+def reconnect(broker, stomp_client, cid):
+    """A client that crashed connects again with its client-id, as a client library's reconnect
+    loop does: a client-id is refused while the connection that had it is live (docs/stomp.md), and
+    the broker may not have seen the dropped connection close yet."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        c = stomp_client(broker, headers={"client-id": cid}, wait=False)
+        c.listener.wait_for(lambda: c.listener.connected is not None or c.listener.errors or c.listener.disconnected,
+                            TIMEOUT, "CONNECTED")
+        if c.listener.connected is not None:
+            return c
+        problem = c.listener.errors[0].headers.get("message", "") if c.listener.errors else "closed"
+        assert "is in use by connection" in problem and time.monotonic() < deadline, problem
+        time.sleep(0.02)
+
+
 def test_durable_subscription_unacked_messages_return_after_reconnect(broker, stomp_client):
     t = topic()
     cid, name = unique("client"), unique("dur")
@@ -131,7 +149,7 @@ def test_durable_subscription_unacked_messages_return_after_reconnect(broker, st
     msgs = c.wait_messages(3)
     c.ack(msgs[1], receipt=True)
     c.drop()
-    c2 = stomp_client(broker, headers={"client-id": cid})
+    c2 = reconnect(broker, stomp_client, cid)
     c2.subscribe(t, ack="client-individual", headers=durable_headers(name))
     p.send(t, "sentinel")
     got = c2.wait_body("sentinel")
