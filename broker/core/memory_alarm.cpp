@@ -11,6 +11,7 @@ namespace escrow::broker {
 namespace {
 
 constexpr auto kPeriod = std::chrono::milliseconds(100);
+constexpr auto kTrimEvery = std::chrono::seconds(1);
 
 std::uint64_t default_watermark() {
   long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
@@ -42,8 +43,12 @@ void memory_alarm::start() {
 
 void memory_alarm::measure() {
   std::uint64_t resident = resident_memory_bytes();
-  if (resident > watermark_ && set()) {
-    malloc_trim(0);  // what was freed meanwhile goes back, so that the measure can fall
+  auto now = std::chrono::steady_clock::now();
+  if (resident > watermark_ && set() && now - last_trim_ >= kTrimEvery) {
+    // What was freed meanwhile goes back, so that the measure can fall; at most once a second,
+    // for a trim walks the heap on an I/O thread.
+    last_trim_ = now;
+    malloc_trim(0);
     resident = resident_memory_bytes();
   }
   resident_.store(resident, std::memory_order_relaxed);

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <cstdint>
 
 namespace escrow::broker {
@@ -30,6 +31,7 @@ class memory_alarm {
   const std::uint64_t watermark_;
   std::atomic<bool> set_{false};
   std::atomic<std::uint64_t> resident_{0};
+  std::chrono::steady_clock::time_point last_trim_{};  // the timer's own: malloc_trim at most once a second
 };
 
 // The process's resident memory that no file backs (RssAnon, from /proc/self/statm), in bytes; 0

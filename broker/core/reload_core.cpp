@@ -26,8 +26,8 @@ struct owned {
 
 }  // namespace
 
-void broker::warn_about_owners_gone(std::shared_ptr<const users_table> users) {
-  impl_->post([m = impl_.get(), users = std::move(users)] {
+void broker::warn_about_owners_gone(std::shared_ptr<const users_table> users, std::string when) {
+  impl_->post([m = impl_.get(), users = std::move(users), when = std::move(when)] {
     std::map<std::string, owned> gone;
     auto known = [&](const std::string& owner) { return owner.empty() || users->by_name.count(owner) != 0; };
     for (const auto& [key, q] : m->topology.queues)
@@ -35,11 +35,12 @@ void broker::warn_about_owners_gone(std::shared_ptr<const users_table> users) {
     for (const auto& [id, b] : m->transactions.rm.branches())
       if (!known(b->owner)) ++gone[b->owner].branches;
     for (const auto& [owner, n] : gone)
-      spdlog::warn("SIGHUP: user '{}' is no longer in the users file but still owns {} durable subscription(s) "
+      spdlog::warn("{}: user '{}' is no longer in the users file but still owns {} durable subscription(s) "
                    "and {} transaction branch(es): a new user named '{}' would own them. End them before the name "
                    "is given again (escrow subscriptions and escrow xa list show them; escrow subscription delete "
                    "CLIENT-ID NAME --owner {}, escrow xa rollback XID --owner {})",
-                   loggable(owner), n.subscriptions, n.branches, loggable(owner), loggable(owner), loggable(owner));
+                   when, loggable(owner), n.subscriptions, n.branches, loggable(owner), loggable(owner),
+                   loggable(owner));
   });
 }
 

@@ -72,7 +72,7 @@ void reload_configuration(const broker_config& running, broker& core, http_conte
     if (std::string warning = users_file_exposure(running.users_file); !warning.empty())
       spdlog::warn("SIGHUP: {}", warning);
     core.authentication()->replace_users(users);
-    core.warn_about_owners_gone(std::move(users));
+    core.warn_about_owners_gone(std::move(users), "SIGHUP");
   }
   if (http && running.http_listen && http_tokens_loaded) {
     bool token = !http_tokens.empty();

@@ -514,6 +514,7 @@ int run_server(const broker_config& config) {
     spdlog::critical("cannot load the store: {}", s.message());
     return kCannotStart;
   }
+  if (users) core.warn_about_owners_gone(users, "at start");  // users removed while escrowd was down
 
   session_registry registry;
   http_context http(core);

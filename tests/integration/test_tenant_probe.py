@@ -284,6 +284,10 @@ def test_n11_sighup_warns_about_what_a_removed_user_still_owns(broker_factory, u
     b.wait_log("SIGHUP: user 'bob' is no longer in the users file but still owns 1 durable subscription(s) and 1 "
                "transaction branch(es): a new user named 'bob' would own them")
     assert "user 'alice' is no longer" not in b.log and "user 'ops' is no longer" not in b.log
+    # And at start, for a user removed while escrowd was not running.
+    b.restart()
+    b.wait_log("at start: user 'bob' is no longer in the users file but still owns 1 durable subscription(s) "
+               "and 1 transaction branch(es)")
 
 
 # -- N12: an operator names the owner in XA frames -----------------------------------------------------

@@ -111,10 +111,11 @@ class broker {
   // SIGHUP: takes what can change at run time from `fresh` (address settings, the reaper's period,
   // persist-delivery-count-before-delivery) and logs what changed. Thread-safe (posts to the core).
   void reload(const broker_config& fresh);
-  // SIGHUP, once the users file is read again: warns about each user that is not in `users` but
-  // still owns durable subscriptions or transaction branches, which a new user of that name would
-  // own (ownership is by name). Thread-safe (posts to the core).
-  void warn_about_owners_gone(std::shared_ptr<const users_table> users);
+  // At start and at each SIGHUP, once the users file is read: warns about each user that is not in
+  // `users` but still owns durable subscriptions or transaction branches, which a new user of that
+  // name would own (ownership is by name). `when` starts each line ("SIGHUP", "at start").
+  // Thread-safe (posts to the core).
+  void warn_about_owners_gone(std::shared_ptr<const users_table> users, std::string when);
 
  private:
   struct impl;
