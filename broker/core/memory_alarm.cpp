@@ -51,7 +51,6 @@ void memory_alarm::measure() {
     malloc_trim(0);
     resident = resident_memory_bytes();
   }
-  resident_.store(resident, std::memory_order_relaxed);
   bool over = resident > watermark_;
   if (over != set()) {
     set_.store(over, std::memory_order_relaxed);

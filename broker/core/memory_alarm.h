@@ -21,8 +21,6 @@ class memory_alarm {
   void start();  // the first measure now, then every 100 ms
 
   bool set() const { return set_.load(std::memory_order_relaxed); }
-  std::uint64_t watermark() const { return watermark_; }
-  std::uint64_t resident_bytes() const { return resident_.load(std::memory_order_relaxed); }
 
  private:
   void measure();
@@ -30,7 +28,6 @@ class memory_alarm {
   boost::asio::steady_timer timer_;
   const std::uint64_t watermark_;
   std::atomic<bool> set_{false};
-  std::atomic<std::uint64_t> resident_{0};
   std::chrono::steady_clock::time_point last_trim_{};  // the timer's own: malloc_trim at most once a second
 };
 

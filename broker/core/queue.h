@@ -96,10 +96,8 @@ class queue {
   // Takes out (and holds) the first ready entries that are not stored, in queue order, until at
   // least `bytes` of them are taken or none is left: limits.memory-full-policy "drop-oldest".
   std::vector<queue_entry> take_oldest_unstored(std::uint64_t bytes);
-  // memory_bytes() of the ready entries that are not stored (limits.max-memory-bytes-per-queue),
-  // and of the stored ones whose message is loaded (queue-memory-bytes).
+  // memory_bytes() of the ready entries that are not stored (limits.max-memory-bytes-per-queue).
   std::uint64_t unstored_bytes() const { return unstored_bytes_; }
-  std::uint64_t stored_bytes_in_memory() const { return stored_bytes_; }
 
   // Makes an entry available: a new message, or one coming back from a delivery (with its
   // delivery count already raised by the caller). A stored entry beyond the in-memory window is
