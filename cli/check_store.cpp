@@ -70,6 +70,7 @@ void print_json(const std::string& dir, const check_report& r) {
                       {"prepared_branches", c.prepared_branches},
                       {"heuristic_branches", c.heuristic_branches},
                       {"expiries", c.expiries},
+                      {"decisions", c.decisions},
                       {"next_message_id", c.next_message_id},
                       {"next_queue_id", c.next_queue_id}};
   json::object found;
@@ -125,6 +126,7 @@ void print_text(const std::string& dir, const check_report& r) {
             << "branches        " << c.prepared_branches << " prepared, " << c.heuristic_branches
             << " heuristically completed\n"
             << "expiry records  " << c.expiries << "\n"
+            << "decisions       " << c.decisions << " coordinated commits not yet done in their database\n"
             << "next ids        message " << c.next_message_id << ", queue " << c.next_queue_id << "\n";
   if (r.outcome == check_report::result::consistent) {
     std::cout << (recovered(r) ? "store is consistent (as recovered: escrowd replays its commit log when it starts)\n"

@@ -14,6 +14,9 @@ const char* table_name(table t) {
     case table::entries: return "entries";
     case table::branches: return "branches";
     case table::expiries: return "expiries";
+    case table::decisions: return "decisions";
+    case table::duplicate_ids: return "duplicate_ids";
+    case table::duplicate_order: return "duplicate_order";
   }
   return "unknown";
 }

@@ -46,8 +46,13 @@ bool fault_plan::parse(std::string_view spec, fault_plan& out, std::string& erro
       r.at = point::data_sync;
     } else if (where == "replay") {
       r.at = point::replay;
+    } else if (where == "decided") {
+      r.at = point::decided;
+    } else if (where == "db_committed") {
+      r.at = point::db_committed;
     } else {
-      error = "fault rule '" + std::string(text) + "': the point is commit, sync, data_sync or replay";
+      error = "fault rule '" + std::string(text) +
+              "': the point is commit, sync, data_sync, replay, decided or db_committed";
       return false;
     }
     bool ranged = true;

@@ -1,6 +1,8 @@
 // Typed keys and values of the store's tables; layout documented in schema.h.
 #include "escrow/storage/schema.h"
 
+#include <algorithm>
+
 #include "escrow/common/hex.h"
 #include "escrow/storage/coding.h"
 #include "escrow/storage/store.h"
@@ -108,6 +110,75 @@ bool queue_record::decode(std::string_view value, queue_record& out) {
   if (!get_string(value, creator)) return false;
   out.creator = std::string(creator);
   return value.empty();
+}
+
+// Layout: string database | string owner | u64 decided_ms.
+std::string decision_record::encode() const {
+  std::string v;
+  put_string(v, database);
+  put_string(v, owner);
+  put_u64(v, decided_ms);
+  return v;
+}
+
+bool decision_record::decode(std::string_view value, decision_record& out) {
+  std::string_view database, owner;
+  if (!get_string(value, database) || !get_string(value, owner) || !get_u64(value, out.decided_ms)) return false;
+  out.database = database;
+  out.owner = owner;
+  return value.empty() && !out.database.empty();
+}
+
+std::string duplicate_address_prefix(std::string_view address) {
+  std::string k;
+  put_string(k, address);
+  return k;
+}
+
+std::string duplicate_id_key(std::string_view address, std::string_view id) {
+  std::string k = duplicate_address_prefix(address);
+  k.append(id);
+  return k;
+}
+
+bool parse_duplicate_id_key(std::string_view key, std::string_view& address, std::string_view& id) {
+  if (!get_string(key, address) || address.empty() || key.empty()) return false;
+  id = key;
+  return true;
+}
+
+// Newest first: the sequence inverted, so that a forward cursor from an address's prefix meets its
+// newest id first, and one from a sequence meets the older ones after it.
+std::string duplicate_order_key(std::string_view address, std::uint64_t sequence) {
+  std::string k = duplicate_address_prefix(address);
+  put_u64(k, ~sequence);
+  return k;
+}
+
+bool parse_duplicate_order_key(std::string_view key, std::string_view& address, std::uint64_t& sequence) {
+  std::uint64_t inverted = 0;
+  if (!get_string(key, address) || address.empty() || key.size() != 8 || !get_u64(key, inverted)) return false;
+  sequence = ~inverted;
+  return sequence != 0;
+}
+
+std::string encode_duplicate_sequence(std::uint64_t sequence) {
+  std::string v;
+  put_u64(v, sequence);
+  return v;
+}
+
+bool decode_duplicate_sequence(std::string_view value, std::uint64_t& sequence) {
+  return value.size() == 8 && get_u64(value, sequence) && sequence != 0;
+}
+
+bool duplicate_key_fits(std::string_view address, std::string_view id) {
+  return string_size(address) + std::max<std::size_t>(id.size(), 8) <= kMaxDuplicateKeyBytes;
+}
+
+void put_duplicate_id(batch& b, std::string_view address, std::string_view id, std::uint64_t sequence) {
+  b.put(table::duplicate_ids, duplicate_id_key(address, id), encode_duplicate_sequence(sequence));
+  b.put(table::duplicate_order, duplicate_order_key(address, sequence), id);
 }
 
 // Layout: u8 version(1) | u8 flags (bit 0 persistent) | u8 priority | u64 expires | u64 timestamp

@@ -259,6 +259,49 @@ toml_keys transactions_keys(broker_config& config) {
           {"local-timeout-ms", unsigned_field(config.local_timeout_ms, 1)}};
 }
 
+std::string load_coordinated_databases(const std::string& path, const toml::node& node,
+                                       std::vector<coordinated_database>& out) {
+  std::vector<coordinated_database> list;
+  std::string problem = walk_list(path, node, "coordinator.postgresql", [&](const toml::table& t, const std::string& name) {
+    coordinated_database d;
+    d.where = where(path, t, name);
+    bool has_conninfo = false;
+    toml_keys keys{{"name", [&d](const toml::node& n) -> std::string {
+                      auto v = n.value<std::string>();
+                      if (!n.is_string() || v->empty() || v->size() > 64 ||
+                          v->find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") !=
+                              std::string::npos)
+                        return "must be a name of 1 to 64 letters, digits, '_', '-' or '.' (what BEGIN's "
+                               "coordinate:postgresql/NAME names)";
+                      d.name = *v;
+                      return "";
+                    }},
+                   {"conninfo", [&d, &has_conninfo](const toml::node& n) -> std::string {
+                      if (!n.is_string()) return "must be a string: libpq's connection string, e.g. \"host=127.0.0.1 dbname=orders\"";
+                      d.conninfo = *n.value<std::string>();
+                      has_conninfo = true;
+                      return "";
+                    }}};
+    if (std::string err = walk_table(path, t, name, keys); !err.empty()) return err;
+    if (d.name.empty() || !has_conninfo)
+      return d.where + " needs both name and conninfo (a coordinated database is named and reached by them)";
+    for (const auto& other : list)
+      if (other.name == d.name) return d.where + ": the name '" + d.name + "' is already used by " + other.where;
+    list.push_back(std::move(d));
+    return std::string();
+  });
+  if (problem.empty()) out = std::move(list);
+  return problem;
+}
+
+toml_keys coordinator_keys(const std::string& path, broker_config& config) {
+  return {{"postgresql", list_key(path, config.coordinated_databases, load_coordinated_databases)},
+          {"max-transactions", unsigned_field(config.max_coordinated_transactions, 1, 1000000)},
+          {"connections", unsigned_field(config.coordinator_connections, 1, 64)},
+          {"statement-timeout-ms", unsigned_field(config.coordinator_statement_timeout_ms, 100, 3'600'000)},
+          {"recovery-interval-ms", unsigned_field(config.coordinator_recovery_interval_ms, 100, 86'400'000)}};
+}
+
 toml_keys http_keys(const std::string& path, broker_config& config) {
   return {{"listen", [&config](const toml::node& n) -> std::string {
              auto text = n.value<std::string>();
@@ -326,6 +369,7 @@ std::string apply_config(const toml::table& root, const std::string& path, broke
       {"transactions", table_key(path, "transactions", transactions_keys(config))},
       {"http", table_key(path, "http", http_keys(path, config))},
       {"admin", table_key(path, "admin", admin_keys(config))},
+      {"coordinator", table_key(path, "coordinator", coordinator_keys(path, config))},
       {"heartbeat", table_key(path, "heartbeat", heartbeat_keys(config))},
   };
   return walk_table(path, root, "", top);

@@ -46,7 +46,7 @@ broker::impl::impl(asio::io_context& io, storage::store& s, const broker_config&
   auto strand = asio::make_strand(io);
   post = [strand](std::function<void()> fn) { asio::post(strand, std::move(fn)); };
   timers.reset(new core_timers{asio::steady_timer(strand), asio::steady_timer(strand), asio::steady_timer(strand),
-                               asio::steady_timer(strand), asio::steady_timer(strand)});
+                               asio::steady_timer(strand), asio::steady_timer(strand), asio::steady_timer(strand)});
   alarm = std::make_unique<memory_alarm>(io, c.memory_high_watermark);
 }
 
@@ -54,6 +54,7 @@ broker::impl::~impl() { stop_store_readers(); }
 
 void broker::impl::stop_store_readers() {
   stopping = true;
+  stop_coordination();  // its threads post to the core: joined before it goes
   if (depth_counter.joinable()) depth_counter.join();
   if (backup_worker.joinable()) backup_worker.join();  // a backup in progress is finished first
 }
@@ -346,6 +347,7 @@ storage::status broker::open() {
   if (storage::status s = m.load_queues(loaded); !s.ok()) return s;
   if (storage::status ds = m.count_depths(); !ds.ok()) return ds;
   if (storage::status s = m.load_branches(prepared); !s.ok()) return s;
+  if (storage::status s = m.load_coordination(); !s.ok()) return s;
   m.derive_store_quota();
   // The expiry and dead letter queues the settings name exist from the start, visible to browsers
   // and consumers before anything is moved there.
@@ -359,6 +361,7 @@ storage::status broker::open() {
   m.post([p = impl_.get()] {
     p->schedule_expiry();
     p->schedule_reaper();
+    p->coordination_pass();
   });
   m.alarm->start();
   return {};

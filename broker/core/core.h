@@ -27,6 +27,7 @@
 #include "escrow/broker/core/metrics.h"
 #include "escrow/storage/batch.h"
 #include "connections_part.h"
+#include "coordination_part.h"
 #include "acks_part.h"
 #include "queue.h"
 #include "transactions_part.h"
@@ -231,7 +232,8 @@ struct broker::impl {
   static bool takes_work(const rm::branch& b);
   // Submits a resource manager reply's write; once durable, applies its work to the queues and
   // calls `done` with the final XA code.
-  void carry_out(rm::resource_manager::reply r, std::function<void(int code)> done);
+  // `decision`: what a coordinated transaction's commit writes with it (coordination.cpp).
+  void carry_out(rm::resource_manager::reply r, std::function<void(int code)> done, storage::batch decision = {});
   void apply_commit(const rm::branch_work& work);
   void apply_rollback(const rm::branch_work& work);
   void roll_back_locals(connection& c);
@@ -246,6 +248,27 @@ struct broker::impl {
   bool take_named_owner(const connection& c, const frame& f, rm::xa_verb verb, rm::caller& caller,
                         const std::function<void(int, const std::string&)>& answer) const;
   void expire_branches();
+
+  // Coordinated PostgreSQL transactions (coordination.cpp, docs/exactly-once.md).
+  coordination_part coordination;
+  // At open: the gid prefix from the store id, the decisions stored, a pg_database per configured one.
+  storage::status load_coordination();
+  // BEGIN with a coordinate header: the transaction named `name`, its gid on the RECEIPT.
+  void begin_coordinated(const connection_ptr& c, const frame& f, const std::string& name);
+  // COMMIT of the coordinated local transaction `b` (taken out of the connection's list): checks
+  // the database side is prepared, commits with the decision in the batch, then COMMIT PREPARED.
+  void commit_coordinated(const connection_ptr& c, const rm::branch_ptr& b, std::optional<std::string> receipt_id,
+                          const std::string& name);
+  // The coordinated transaction `b` ended without a decision: ROLLBACK PREPARED of its gid.
+  void end_coordinated(const rm::branch& b);
+  // COMMIT PREPARED of a decided gid; once done, the decision is erased. `then` gets the answer.
+  void finish_decision(const std::string& gid, std::function<void(const coordinator::pg_answer&)> then = {});
+  // At start and every coordinator.recovery-interval-ms: each database's prepared gids of this
+  // broker are committed (decided) or rolled back (neither decided nor live: presumed abort).
+  void coordination_pass();
+  void recover_database(const std::string& name, std::uint64_t listed_seq, coordinator::pg_answer listed);
+  void stop_coordination();
+
   // A local transaction rolled back at transactions.local-timeout-ms: its connection gets an ERROR.
   void time_out_local(const rm::branch_ptr& b);
   void schedule_expiry();

@@ -90,11 +90,13 @@ void broker::impl::apply_rollback(const rm::branch_work& work) {
   for (auto& q : touched) dispatch(q);
 }
 
-void broker::impl::carry_out(rm::resource_manager::reply r, std::function<void(int)> done) {
+void broker::impl::carry_out(rm::resource_manager::reply r, std::function<void(int)> done, storage::batch decision) {
   bool commits = r.act == rm::action::commit_one_phase || r.act == rm::action::commit_prepared ||
                  r.act == rm::action::heuristic_commit;
   bool rolls_back = r.act == rm::action::roll_back || r.act == rm::action::heuristic_rollback ||
                     r.act == rm::action::time_out;
+  // A coordinated transaction's decision is durable with its commit, in the same batch, or not at all.
+  if (commits && r.code == XA_OK && !decision.empty()) r.write.append(decision);
   if (r.write.empty() && !r.target) return done(r.code);
   // A committed send stores its message under an id the broker handed out: the id counter goes
   // with it, or a restart would hand the id out again and a new entry would overwrite this one.
@@ -144,6 +146,7 @@ void broker::impl::carry_out(rm::resource_manager::reply r, std::function<void(i
     if (outcome.ok() && (commits || rolls_back) && reply.target) release_staged(*reply.target);
     if (outcome.ok() && commits) apply_commit(reply.work);
     if (outcome.ok() && rolls_back) apply_rollback(reply.work);
+    if (outcome.ok() && rolls_back && reply.target) end_coordinated(*reply.target);
     done(code);
   };
   if (r.write.empty()) {
@@ -242,6 +245,7 @@ void broker::impl::handle_transaction(const connection_ptr& c, const frame& f) {
   if (f.command == "BEGIN") {
     if (c->transactions.count(*name))
       return error(*c, "BEGIN of transaction '" + *name + "', which this connection has already begun", &f);
+    if (f.has("coordinate")) return begin_coordinated(c, f, *name);
     if (!may_start_branch(*c, &f)) return;
     c->transactions.emplace(*name, transactions.rm.begin_local(c->id, c->info.user));
     return receipt(*c, f);
@@ -252,6 +256,10 @@ void broker::impl::handle_transaction(const connection_ptr& c, const frame& f) {
   rm::branch_ptr b = it->second;
   c->transactions.erase(it);
   bool commit = f.command == "COMMIT";
+  if (commit && !b->coordinated_gid.empty()) {
+    const std::string* receipt_header = f.find("receipt");
+    return commit_coordinated(c, b, receipt_header ? std::optional<std::string>(*receipt_header) : std::nullopt, *name);
+  }
   // A local transaction is a branch committed in one phase: the same commit path as XA.
   rm::caller owner{b->owner};
   auto r = commit ? transactions.rm.call(rm::xa_verb::commit, 0, b->id, TMONEPHASE, owner)

@@ -53,6 +53,9 @@ struct branch {
   std::string owner;
   branch_state state = branch_state::active;
   bool local = false;                 // a STOMP BEGIN/COMMIT transaction
+  // A local transaction the broker coordinates with a database transaction (BEGIN with
+  // coordinate): its global id there; "" for every other branch.
+  std::string coordinated_gid;
   std::set<std::uint64_t> associated; // connections associated with it (XA's T1)
   std::set<std::uint64_t> suspended;  // connections whose association is suspended (T2)
   branch_work work;

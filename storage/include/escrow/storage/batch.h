@@ -19,9 +19,13 @@ namespace escrow::storage {
 
 // The named sub-databases of the environment. See schema.h for what each holds.
 enum class table : std::uint8_t {
-  meta = 0, queues = 1, messages = 2, message_refs = 3, entries = 4, branches = 5, expiries = 6
+  meta = 0, queues = 1, messages = 2, message_refs = 3, entries = 4, branches = 5, expiries = 6,
+  decisions = 7, duplicate_ids = 8, duplicate_order = 9
 };
-inline constexpr int kTableCount = 7;
+inline constexpr int kTableCount = 10;
+// The tables schema version 6 added: a store of an older version that escrowd has not opened
+// since (it creates every table at open) lacks them, and reads as if they were empty.
+inline constexpr int kFirstTableOfVersion6 = 7;
 const char* table_name(table t);
 
 class batch {

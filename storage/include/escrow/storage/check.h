@@ -3,7 +3,8 @@
 // store and on one escrowd is serving, and reads every table in ONE read transaction (a consistent
 // snapshot). It never writes to the store. It verifies what the tables must agree on (schema.h):
 // the schema version, that every record decodes, entries against queues, reference counts against
-// entries, the expiry index against entries, prepared branch records, and the next ids. It reports
+// entries, the expiry index against entries, prepared branch records, the next ids, and the two
+// tables of duplicate detection against each other. It reports
 // each inconsistency with its table, its key (printable_key) and what is wrong.
 //
 // check_as_opened (escrow check) checks what escrowd would open: a store that was not closed
@@ -54,7 +55,7 @@ enum class problem_kind : std::uint8_t {
   schema,      // the schema version record is missing or malformed
   undecodable, // a record or a key that does not decode
   queue,       // an entry for a queue that does not exist, two queues with one id
-  reference,   // message_refs against the entries that reference a message
+  reference,   // message_refs against the entries that reference a message; duplicate_ids against duplicate_order
   expiry,      // the expiry index against the entries
   branch,      // a prepared branch record against the queues and entries
   next_id,     // an id in use at or above the next id escrowd would hand out
@@ -72,6 +73,9 @@ struct check_counts {
   std::uint64_t prepared_branches = 0;
   std::uint64_t heuristic_branches = 0;
   std::uint64_t expiries = 0;
+  std::uint64_t decisions = 0;  // commit decisions of coordinated transactions not known done in their database
+  std::uint64_t duplicate_ids = 0;        // _AMQ_DUPL_ID values remembered (records of duplicate_ids)
+  std::uint64_t duplicate_addresses = 0;  // addresses they are remembered for
   std::uint64_t next_message_id = 0;  // the id escrowd would hand out next (after its own recovery)
   std::uint32_t next_queue_id = 0;    // likewise for queues
 };

@@ -8,7 +8,10 @@
 //          sync (the sync that makes a group durable: its commit log record's fdatasync, or the
 //          checkpoint of a group too large for the log), data_sync (a checkpoint's sync of
 //          data.mdb, by the data syncer), or replay (a commit log record applied to LMDB at start,
-//          before the committer runs)
+//          before the committer runs); and two points of the broker's coordinated transactions
+//          (docs/exactly-once.md), where only kill applies: decided (a commit's decision is
+//          durable, COMMIT PREPARED not yet sent) and db_committed (the database committed, the
+//          RECEIPT not yet written)
 //   RANGE  K (the k-th only), K-L (the k-th to the l-th), or K+ (the k-th and every later one)
 //   FAULT  map_full, enospc (the write is refused before anything reaches the file), eio (at a
 //          commit: a write of LMDB's pages fails, as a short write does, and LMDB aborts it; at a
@@ -27,7 +30,7 @@ namespace escrow::storage {
 
 class fault_plan {
  public:
-  enum class point : std::uint8_t { commit, sync, data_sync, replay };
+  enum class point : std::uint8_t { commit, sync, data_sync, replay, decided, db_committed };
   enum class fault : std::uint8_t { none, map_full, enospc, eio, kill, stall };
 
   // Parses `spec`; on a malformed one returns false with `error` saying which rule and why.
@@ -46,7 +49,7 @@ class fault_plan {
     fault what = fault::none;
   };
   std::vector<rule> rules_;
-  std::uint64_t counts_[4] = {};  // occurrences so far, by point
+  std::uint64_t counts_[6] = {};  // occurrences so far, by point
 };
 
 // Whether this build has the seam (the `fault_injection` meson option).

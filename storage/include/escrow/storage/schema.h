@@ -1,4 +1,4 @@
-// What each table holds, and the typed keys and values that live in it (schema version 5).
+// What each table holds, and the typed keys and values that live in it (schema version 6).
 //
 //   meta          "schema-version" -> u32;  "next-message-id" -> u64 (ids below it were used);
 //                 "next-queue-id" -> u32 (queue ids are never reused, even after a queue is dropped);
@@ -13,6 +13,18 @@
 //   branches      xid::encode() -> a prepared or heuristically completed branch (rm/record.h)
 //   expiries      u64 expires (epoch ms) | entry_key -> empty: the expiry index, one record per
 //                 stored entry whose message expires, so the reaper reads only what has expired
+//   decisions     PostgreSQL global transaction id -> decision_record: a coordinated transaction
+//                 committed here whose COMMIT PREPARED in its database is not known to be done
+//                 (written in the batch that commits the transaction, erased once the database
+//                 has committed too; docs/exactly-once.md)
+//   duplicate_ids    string address | id -> u64 sequence: the _AMQ_DUPL_ID values each address
+//                    remembers (id-cache-size of them); an address is a SEND's destination
+//                    ("/queue/orders" and "/topic/orders" are two), a varint-prefixed string, so no
+//                    address's keys run into another's
+//   duplicate_order  string address | u64 (2^64-1 - sequence) -> id: the same ids in the order
+//                    they were stored, newest first; sequences count up per address from 1. Each
+//                    record of one table has its twin in the other (written and erased together,
+//                    in the batch that stores the message or commits its transaction)
 //
 // Queue order is key order: a cursor over a queue's entries yields them by priority, highest
 // first, then by arrival. All integers are big-endian. docs/storage.md has the same layout.
@@ -105,7 +117,32 @@ struct message_record {
   static bool decode(std::string_view value, message_record& out);
 };
 
-struct message_record;
+// A commit decision of a coordinated PostgreSQL transaction (table `decisions`, keyed by its gid).
+struct decision_record {
+  std::string database;         // the [[coordinator.postgresql]] name it was prepared in
+  std::string owner;            // the user whose transaction it was
+  std::uint64_t decided_ms = 0;  // wall clock, for operators
+
+  std::string encode() const;
+  static bool decode(std::string_view value, decision_record& out);
+};
+
+// Duplicate detection (broker/core/duplicates.cpp; docs/stomp.md, "Duplicate detection"). Keys
+// of duplicate_ids and duplicate_order (layout above); an id is at most kMaxDuplicateIdBytes, and
+// the key it makes with its address at most kMaxDuplicateKeyBytes (LMDB's key limit).
+inline constexpr std::size_t kMaxDuplicateIdBytes = 256;
+inline constexpr std::size_t kMaxDuplicateKeyBytes = 511;
+std::string duplicate_address_prefix(std::string_view address);  // what every key of the address starts with
+std::string duplicate_id_key(std::string_view address, std::string_view id);
+bool parse_duplicate_id_key(std::string_view key, std::string_view& address, std::string_view& id);
+std::string duplicate_order_key(std::string_view address, std::uint64_t sequence);
+bool parse_duplicate_order_key(std::string_view key, std::string_view& address, std::uint64_t& sequence);
+std::string encode_duplicate_sequence(std::uint64_t sequence);  // the value of a duplicate_ids record
+bool decode_duplicate_sequence(std::string_view value, std::uint64_t& sequence);
+// Whether an id record for `id` at `address` fits in a key (both tables' keys then fit).
+bool duplicate_key_fits(std::string_view address, std::string_view id);
+// The twin records of `id`, the `sequence`-th id of `address`.
+void put_duplicate_id(batch& b, std::string_view address, std::string_view id, std::uint64_t sequence);
 
 // A corrupted store (docs/storage.md, "A corrupted store"): a record that does not decode.
 // printable_key: the key as text when every byte is printable ASCII, else as hex ("0x0001...").

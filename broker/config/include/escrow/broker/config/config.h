@@ -39,6 +39,17 @@ struct tls_listener_config {
   std::map<std::string, std::string> where;
 };
 
+// One [[coordinator.postgresql]] table: a database whose transactions escrowd coordinates with
+// STOMP transactions (docs/exactly-once.md).
+struct coordinated_database {
+  std::string name;      // what BEGIN's coordinate:postgresql/NAME names
+  std::string conninfo;  // libpq's connection string
+  std::string where;     // "FILE:LINE: coordinator.postgresql[N]", for errors at start
+  friend bool operator==(const coordinated_database& a, const coordinated_database& b) {
+    return a.name == b.name && a.conninfo == b.conninfo;
+  }
+};
+
 // The embedded default: for every address (`#`), dead letters go to DLQ and expired messages to
 // ExpiryQueue, so that nothing is dropped out of the box.
 std::vector<address_setting_entry> embedded_address_settings();
@@ -125,6 +136,15 @@ struct broker_config {
   // transactions
   std::uint64_t branch_timeout_ms = 300000;  // a branch not prepared by then is rolled back
   std::uint64_t local_timeout_ms = 300000;   // a local transaction open longer is rolled back
+
+  // coordinator (docs/exactly-once.md): the databases, and coordinated transactions in flight at
+  // once (begun and not yet rolled back, or committed here and not yet in the database); a BEGIN
+  // beyond it is refused.
+  std::vector<coordinated_database> coordinated_databases;
+  std::uint32_t max_coordinated_transactions = 1000;
+  unsigned coordinator_connections = 4;                // libpq connections per database
+  std::uint64_t coordinator_statement_timeout_ms = 5000;  // PostgreSQL's statement_timeout for them
+  std::uint64_t coordinator_recovery_interval_ms = 5000;  // between passes over pg_prepared_xacts
 
   // heart-beats: what the server offers in CONNECTED ("send,receive" in ms); 0 turns one off
   std::uint64_t heartbeat_send_ms = 1000;

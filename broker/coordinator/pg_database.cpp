@@ -1,0 +1,232 @@
+// The coordinator's PostgreSQL connections (pg_database.h): one blocking libpq connection per
+// worker thread, so that a slow or absent database holds up only these threads.
+#include "escrow/broker/coordinator/pg_database.h"
+
+#include <libpq-fe.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace escrow::broker::coordinator {
+namespace {
+
+using clock = std::chrono::steady_clock;
+constexpr std::chrono::milliseconds kFirstBackoff{100};
+constexpr std::chrono::milliseconds kMaxBackoff{5000};
+
+std::string trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+struct pg_database::worker {
+  std::mutex mutex;           // conn and cancel, against stop()'s cancel
+  PGconn* conn = nullptr;
+  PGcancel* cancel = nullptr;
+  std::chrono::milliseconds backoff{0};
+  clock::time_point next_attempt{};
+  std::string last_error;
+
+  void close() {
+    std::lock_guard lock(mutex);
+    if (cancel) PQfreeCancel(cancel);
+    if (conn) PQfinish(conn);
+    cancel = nullptr;
+    conn = nullptr;
+  }
+  ~worker() { close(); }
+};
+
+std::string pg_database::conninfo_problem(const std::string& conninfo) {
+  char* error = nullptr;
+  PQconninfoOption* parsed = PQconninfoParse(conninfo.c_str(), &error);
+  std::string problem;
+  if (!parsed) problem = error ? trimmed(error) : "libpq cannot parse it (out of memory?)";
+  if (parsed) PQconninfoFree(parsed);
+  if (error) PQfreemem(error);
+  return problem;
+}
+
+pg_database::pg_database(pg_options options) : options_(std::move(options)) {
+  unsigned n = std::max(1u, options_.connections);
+  for (unsigned i = 0; i < n; ++i) workers_.push_back(std::make_unique<worker>());
+  for (unsigned i = 0; i < n; ++i) threads_.emplace_back([this, w = workers_[i].get()] { run(*w); });
+}
+
+pg_database::~pg_database() { stop(); }
+
+void pg_database::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_ && threads_.empty()) return;
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (auto& w : workers_) {
+    std::lock_guard lock(w->mutex);
+    char error[256];
+    if (w->cancel) PQcancel(w->cancel, error, sizeof error);
+  }
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  threads_.clear();
+}
+
+void pg_database::enqueue(request r) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!stopping_) {
+      waiting_.push_back(std::move(r));
+      r.done = nullptr;
+    }
+  }
+  if (r.done) {
+    pg_answer a;
+    a.result = pg_answer::outcome::unreachable;
+    a.error = "escrowd is stopping";
+    r.done(std::move(a));
+    return;
+  }
+  wake_.notify_one();
+}
+
+void pg_database::is_prepared(const std::string& gid, done_fn done) {
+  enqueue({request::kind::is_prepared, gid, std::move(done)});
+}
+void pg_database::commit_prepared(const std::string& gid, done_fn done) {
+  enqueue({request::kind::commit, gid, std::move(done)});
+}
+void pg_database::rollback_prepared(const std::string& gid, done_fn done) {
+  enqueue({request::kind::rollback, gid, std::move(done)});
+}
+void pg_database::list_prepared(const std::string& prefix, done_fn done) {
+  enqueue({request::kind::list, prefix, std::move(done)});
+}
+
+namespace {
+
+// Connects `conn` when it is not, at most once per backoff; false (with `why`) when there is none.
+bool connected(PGconn*& conn, PGcancel*& cancel, std::mutex& m, std::chrono::milliseconds& backoff,
+               clock::time_point& next_attempt, std::string& last_error, const pg_options& o, std::string& why) {
+  if (conn && PQstatus(conn) == CONNECTION_OK) return true;
+  if (clock::now() < next_attempt) {
+    why = "no connection to database '" + o.name + "' (" + last_error + "); escrowd tries again shortly";
+    return false;
+  }
+  {
+    std::lock_guard lock(m);
+    if (cancel) PQfreeCancel(cancel);
+    if (conn) PQfinish(conn);
+    cancel = nullptr;
+    conn = nullptr;
+  }
+  // Escrow's defaults come first: the conninfo (dbname, expanded) overrides any of them. A dead
+  // network ends a statement by tcp_user_timeout, a stopped server by the keepalives.
+  std::string timeout_s = std::to_string(std::max<long long>(1, o.statement_timeout.count() / 1000));
+  std::string user_timeout = std::to_string(o.statement_timeout.count() + 1000);
+  const char* keys[] = {"connect_timeout", "application_name", "keepalives", "keepalives_idle", "keepalives_interval",
+                        "keepalives_count", "tcp_user_timeout", "dbname", nullptr};
+  const char* values[] = {timeout_s.c_str(), "escrowd coordinator", "1", "5", "2", "3", user_timeout.c_str(),
+                          o.conninfo.c_str(), nullptr};
+  PGconn* fresh = PQconnectdbParams(keys, values, 1);
+  if (!fresh || PQstatus(fresh) != CONNECTION_OK) {
+    last_error = fresh ? trimmed(PQerrorMessage(fresh)) : "out of memory";
+    if (fresh) PQfinish(fresh);
+    backoff = std::min(kMaxBackoff, backoff.count() == 0 ? kFirstBackoff : backoff * 2);
+    next_attempt = clock::now() + backoff;
+    why = "cannot connect to database '" + o.name + "': " + last_error;
+    return false;
+  }
+  std::string set = "SET statement_timeout = " + std::to_string(o.statement_timeout.count());
+  PGresult* r = PQexec(fresh, set.c_str());
+  bool set_ok = r && PQresultStatus(r) == PGRES_COMMAND_OK;
+  if (r) PQclear(r);
+  if (!set_ok) {
+    last_error = trimmed(PQerrorMessage(fresh));
+    PQfinish(fresh);
+    backoff = std::min(kMaxBackoff, backoff.count() == 0 ? kFirstBackoff : backoff * 2);
+    next_attempt = clock::now() + backoff;
+    why = "cannot set statement_timeout on database '" + o.name + "': " + last_error;
+    return false;
+  }
+  if (backoff.count() != 0) spdlog::info("coordinator: connected to database '{}' again", o.name);
+  backoff = std::chrono::milliseconds(0);
+  std::lock_guard lock(m);
+  conn = fresh;
+  cancel = PQgetCancel(conn);
+  return true;
+}
+
+}  // namespace
+
+void pg_database::run(worker& w) {
+  for (;;) {
+    request r;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !waiting_.empty(); });
+      if (stopping_) {
+        std::deque<request> rest;
+        rest.swap(waiting_);
+        lock.unlock();
+        for (auto& left : rest) {
+          pg_answer a;
+          a.result = pg_answer::outcome::unreachable;
+          a.error = "escrowd is stopping";
+          left.done(std::move(a));
+        }
+        return;
+      }
+      r = std::move(waiting_.front());
+      waiting_.pop_front();
+    }
+    pg_answer a;
+    std::string why;
+    if (!connected(w.conn, w.cancel, w.mutex, w.backoff, w.next_attempt, w.last_error, options_, why)) {
+      a.result = pg_answer::outcome::unreachable;
+      a.error = why;
+      r.done(std::move(a));
+      continue;
+    }
+    PGresult* res = nullptr;
+    if (r.what == request::kind::is_prepared || r.what == request::kind::list) {
+      const char* sql = r.what == request::kind::is_prepared
+                            ? "SELECT 't' FROM pg_prepared_xacts WHERE gid = $1 AND database = current_database()"
+                            : "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND "
+                              "starts_with(gid, $1)";
+      const char* params[] = {r.gid.c_str()};
+      res = PQexecParams(w.conn, sql, 1, nullptr, params, nullptr, nullptr, 0);
+    } else {
+      char* literal = PQescapeLiteral(w.conn, r.gid.c_str(), r.gid.size());
+      std::string sql = std::string(r.what == request::kind::commit ? "COMMIT PREPARED " : "ROLLBACK PREPARED ") +
+                        (literal ? literal : "''");
+      if (literal) PQfreemem(literal);
+      res = PQexec(w.conn, sql.c_str());
+    }
+    ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+      for (int i = 0; i < PQntuples(res); ++i) a.rows.emplace_back(PQgetvalue(res, i, 0));
+    } else {
+      const char* state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : nullptr;
+      a.sqlstate = state ? state : "";
+      a.error = trimmed(res ? PQresultErrorMessage(res) : PQerrorMessage(w.conn));
+      if (a.error.empty()) a.error = trimmed(PQerrorMessage(w.conn));
+      // A broken connection, or a statement PostgreSQL cancelled at statement_timeout: its outcome
+      // is not known (a COMMIT PREPARED may have happened), so nothing is concluded from it.
+      bool broken = PQstatus(w.conn) != CONNECTION_OK;
+      if (broken || a.sqlstate == "57014" || a.sqlstate.rfind("08", 0) == 0 || a.sqlstate.rfind("57P", 0) == 0) {
+        a.result = pg_answer::outcome::unreachable;
+        a.error = "database '" + options_.name + "' did not answer: " + a.error;
+        if (broken) w.close();
+      } else {
+        a.result = pg_answer::outcome::failed;
+      }
+    }
+    if (res) PQclear(res);
+    r.done(std::move(a));
+  }
+}
+
+}  // namespace escrow::broker::coordinator
