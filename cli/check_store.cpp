@@ -71,6 +71,8 @@ void print_json(const std::string& dir, const check_report& r) {
                       {"heuristic_branches", c.heuristic_branches},
                       {"expiries", c.expiries},
                       {"decisions", c.decisions},
+                      {"duplicate_ids", c.duplicate_ids},
+                      {"duplicate_addresses", c.duplicate_addresses},
                       {"next_message_id", c.next_message_id},
                       {"next_queue_id", c.next_queue_id}};
   json::object found;
@@ -127,6 +129,8 @@ void print_text(const std::string& dir, const check_report& r) {
             << " heuristically completed\n"
             << "expiry records  " << c.expiries << "\n"
             << "decisions       " << c.decisions << " coordinated commits not yet done in their database\n"
+            << "duplicate ids   " << c.duplicate_ids << " remembered for " << c.duplicate_addresses
+            << (c.duplicate_addresses == 1 ? " address\n" : " addresses\n")
             << "next ids        message " << c.next_message_id << ", queue " << c.next_queue_id << "\n";
   if (r.outcome == check_report::result::consistent) {
     std::cout << (recovered(r) ? "store is consistent (as recovered: escrowd replays its commit log when it starts)\n"

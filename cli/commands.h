@@ -40,6 +40,8 @@ void run_move(const settings& s, const output_options& o, const std::string& fro
 
 // commands_xa.cpp
 void run_xa_list(const settings& s, const output_options& o);
+// escrow coordinator: coordinated PostgreSQL transactions in flight and decisions pending.
+void run_coordinator_list(const settings& s, const output_options& o);
 // `decision`: "commit", "rollback" or "forget".
 // `owner` "": the broker picks the one branch with that xid (or says that several users have one).
 void run_xa_decide(const settings& s, const output_options& o, const std::string& decision, const std::string& xid,

@@ -45,6 +45,18 @@ void run_xa_list(const settings& s, const output_options& o) {
   for (const auto& d : details) std::cout << d << "\n";
 }
 
+void run_coordinator_list(const settings& s, const output_options& o) {
+  admin_answer a = admin_list(s, "coordinator", {"transactions"});
+  if (o.json) {
+    std::cout << a.body << "\n";
+    return;
+  }
+  table t({"PG-GID", "DATABASE", "USER", "STATE", "AGE"});
+  for (const auto& x : array(a.json, "transactions"))
+    t.add({text(x, "gid"), text(x, "database"), text(x, "user"), text(x, "state"), age(x, "age_ms")});
+  t.print(std::cout);
+}
+
 void run_xa_decide(const settings& s, const output_options& o, const std::string& decision, const std::string& xid,
                    const std::string& owner) {
   admin_args headers{{"xid", xid}};

@@ -102,6 +102,10 @@ void add_session_commands(CLI::App& app, command_choices& c) {
     on(sub, c, [&c, decision](const settings& s) { run_xa_decide(s, c.out, decision, c.xid, c.owner); });
   }
 
+  on(app.add_subcommand("coordinator", "coordinated PostgreSQL transactions: in flight, and decisions whose "
+                                       "COMMIT PREPARED is not done yet (docs/exactly-once.md)"),
+     c, [&c](const settings& s) { run_coordinator_list(s, c.out); });
+
   auto* backup = app.add_subcommand("backup", "hot copy of the store into DIR (on the broker's machine)");
   backup->add_option("DIR", c.dir, "an empty or new directory; the copy is DIR/data.mdb")->required();
   backup->add_flag("--compact", c.compact, "leave free pages out (smaller, slower)");

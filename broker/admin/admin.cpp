@@ -300,6 +300,7 @@ void handle_admin_command(admin_core& core, std::uint64_t connection_id, const f
   if (command == "subscriptions") return done(admin_subscriptions(core, f));
   if (command == "subscription-delete") return admin_subscription_delete(core, f, std::move(done));
   if (command == "xa-list") return done(admin_xa_list(core, f));
+  if (command == "coordinator") return done(admin_coordinated(core, f));
   if (command == "xa-commit" || command == "xa-rollback" || command == "xa-forget")
     return admin_xa_decide(core, connection_id, f, std::move(done));
   if (command == "backup") return admin_backup(core, f, std::move(done));
@@ -307,7 +308,7 @@ void handle_admin_command(admin_core& core, std::uint64_t connection_id, const f
                      (command.empty() ? std::string("ADMIN frame has no admin-command header")
                                       : "unknown admin-command '" + command + "'") +
                          ": use status, queues, queue-show, browse, purge, move, connections, subscriptions, "
-                         "subscription-delete, xa-list, xa-commit, xa-rollback, xa-forget or backup",
+                         "subscription-delete, xa-list, xa-commit, xa-rollback, xa-forget, coordinator or backup",
                      {}});
 }
 

@@ -28,6 +28,7 @@ admin_outcome admin_browse(admin_core& core, const frame& f);
 void admin_purge(admin_core& core, const frame& f, admin_done done);
 void admin_move(admin_core& core, const frame& f, admin_done done);
 admin_outcome admin_xa_list(const admin_core& core, const frame& f);
+admin_outcome admin_coordinated(const admin_core& core, const frame& f);
 // xa-commit, xa-rollback, xa-forget
 void admin_xa_decide(admin_core& core, std::uint64_t connection_id, const frame& f, admin_done done);
 void admin_backup(admin_core& core, const frame& f, admin_done done);

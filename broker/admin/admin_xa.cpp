@@ -64,6 +64,30 @@ admin_outcome admin_xa_list(const admin_core& core, const frame& f) {
   return {"ok", {}, page.finish(more)};
 }
 
+// `escrow coordinator`: coordinated PostgreSQL transactions in flight and decisions not yet done in
+// their database, by gid; the cursor is the gid.
+admin_outcome admin_coordinated(const admin_core& core, const frame& f) {
+  page_request p;
+  if (auto bad = page_asked(core, f, p)) return *bad;
+  std::vector<coordinated_view> list = core.coordinated(p.after ? *p.after : std::string(), p.limit + 1);
+  std::uint64_t now = now_ms();
+  json_page page({"transactions"}, p.limit, p.max_bytes);
+  bool more = false;
+  for (const auto& t : list) {
+    json::object j{{"gid", t.gid},
+                   {"database", t.database},
+                   {"user", t.user},
+                   {"state", t.state},
+                   {"since_ms", t.since_ms},
+                   {"age_ms", now > t.since_ms ? now - t.since_ms : 0}};
+    if (page.full() || !page.add(0, std::move(j), t.gid)) {
+      more = true;
+      break;
+    }
+  }
+  return {"ok", {}, page.finish(more)};
+}
+
 void admin_xa_decide(admin_core& core, std::uint64_t connection_id, const frame& f, admin_done done) {
   std::string command(f.get("admin-command"));
   std::string xid_error;

@@ -81,6 +81,31 @@ void write_broker(std::string& out, const metrics_snapshot& s) {
          static_cast<double>(s.failed_logins));
 }
 
+// Coordinated PostgreSQL transactions (docs/exactly-once.md).
+void write_coordinator(std::string& out, const metrics_snapshot& s) {
+  auto d = [](std::uint64_t v) { return static_cast<double>(v); };
+  single(out, "escrow_coordinated_transactions", "gauge",
+         "Coordinated transactions begun and not yet decided or rolled back.", d(s.coordinated_live));
+  single(out, "escrow_coordinator_pending_decisions", "gauge",
+         "Coordinated transactions committed here whose COMMIT PREPARED in the database is not known done.",
+         d(s.coordinated_decisions));
+  single(out, "escrow_coordinated_commits_total", "counter",
+         "COMMITs of coordinated transactions answered with both sides committed.", d(s.coordinated_committed));
+  single(out, "escrow_coordinated_commits_pending_total", "counter",
+         "COMMITs of coordinated transactions answered database:pending (the database commit finished later).",
+         d(s.coordinated_pending));
+  single(out, "escrow_coordinated_rollbacks_total", "counter",
+         "Coordinated transactions rolled back (ABORT, a refused COMMIT, a timeout, a lost connection).",
+         d(s.coordinated_rolled_back));
+  single(out, "escrow_coordinated_unprepared_total", "counter",
+         "COMMITs refused because the pg-gid was not prepared in the database.", d(s.coordinated_unprepared));
+  single(out, "escrow_coordinator_recovered_commits_total", "counter",
+         "Decided transactions whose COMMIT PREPARED the recovery pass ran.", d(s.coordinated_recovered_commits));
+  single(out, "escrow_coordinator_recovered_rollbacks_total", "counter",
+         "Prepared transactions of this broker the recovery pass rolled back (no decision: presumed abort).",
+         d(s.coordinated_recovered_rollbacks));
+}
+
 // Per queue (the deepest max-queue-metrics), then every queue broker-wide.
 void write_queues(std::string& out, const metrics_snapshot& s) {
   // Per queue.
@@ -148,6 +173,9 @@ void write_undelivered(std::string& out, const metrics_snapshot& s) {
   single(out, "escrow_messages_dead_letters_dropped_total", "counter",
          "Dead letters dropped: no dead letter address, or nothing listening to it.",
          static_cast<double>(s.dead_letters_dropped));
+  single(out, "escrow_duplicates_total", "counter",
+         "SENDs whose _AMQ_DUPL_ID was taken: dropped, or their transaction rolled back (once each).",
+         static_cast<double>(s.duplicates));
 }
 
 // Branches by state and the latency of prepares and commits.
@@ -219,6 +247,7 @@ std::string write_prometheus(const metrics_snapshot& s) {
   write_queues(out, s);
   write_undelivered(out, s);
   write_transactions(out, s);
+  write_coordinator(out, s);
   write_store(out, s);
   return out;
 }

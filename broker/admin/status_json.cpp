@@ -34,6 +34,11 @@ std::string write_status_json(const metrics_snapshot& s) {
                          {"expired_dropped", s.expired_dropped}, {"dead_lettered", s.dead_lettered},
                          {"dead_letters_dropped", s.dead_letters_dropped}, {"failed_logins", s.failed_logins}}},
              {"branches", std::move(branches)},
+             {"coordinator", {{"live", s.coordinated_live}, {"pending_decisions", s.coordinated_decisions},
+                              {"committed", s.coordinated_committed}, {"answered_pending", s.coordinated_pending},
+                              {"rolled_back", s.coordinated_rolled_back}, {"unprepared", s.coordinated_unprepared},
+                              {"recovered_commits", s.coordinated_recovered_commits},
+                              {"recovered_rollbacks", s.coordinated_recovered_rollbacks}}},
              {"xa_oldest_prepared_age_seconds", json_seconds(s.oldest_prepared_age_seconds)},
              {"queues_omitted", s.queues_omitted},
              {"queues", std::move(queues)}}) +

@@ -35,6 +35,7 @@ address_settings resolve_settings(const std::vector<address_setting_entry>& entr
     if (e->collision_avoidance_factor) s.collision_avoidance_factor = *e->collision_avoidance_factor;
     if (e->auto_delete_queues) s.auto_delete_queues = *e->auto_delete_queues;
     if (e->auto_delete_queues_delay_ms) s.auto_delete_queues_delay_ms = *e->auto_delete_queues_delay_ms;
+    if (e->id_cache_size) s.id_cache_size = *e->id_cache_size;
   }
   return s;
 }

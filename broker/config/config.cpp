@@ -87,6 +87,9 @@ toml_setter scan_period_field(std::int64_t& field) {
   };
 }
 
+// The most ids id-cache-size may keep per address (ten million: a few GB of store at most).
+constexpr std::int64_t kMaxIdCacheSize = 10000000;
+
 // The keys of one [[address-settings]] table, each checked and stored in `e`.
 toml_keys address_setting_keys(address_setting_entry& e) {
   auto address = [](std::optional<std::string>& field) -> toml_setter {
@@ -138,6 +141,13 @@ toml_keys address_setting_keys(address_setting_entry& e) {
          return "";
        }},
       {"auto-delete-queues-delay", non_negative(e.auto_delete_queues_delay_ms)},
+      {"id-cache-size", [&e](const toml::node& n) -> std::string {
+         auto v = n.value_exact<std::int64_t>();
+         if (!n.is_integer() || !v || *v < 0 || *v > kMaxIdCacheSize)
+           return fmt::format("must be a count of ids from 0 (no duplicate detection) to {}", kMaxIdCacheSize);
+         e.id_cache_size = static_cast<std::uint32_t>(*v);
+         return "";
+       }},
       {"max-redelivery-delay", non_negative(e.max_redelivery_delay_ms)},
       {"redelivery-delay-multiplier", real(e.redelivery_multiplier, 1.0, 1e6, "of at least 1.0")},
       {"redelivery-collision-avoidance-factor",

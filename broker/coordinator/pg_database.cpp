@@ -13,6 +13,7 @@ namespace {
 using clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kFirstBackoff{100};
 constexpr std::chrono::milliseconds kMaxBackoff{5000};
+constexpr std::size_t kMaxChecksAtOnce = 256;  // gids one is-prepared query asks about
 
 std::string trimmed(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
@@ -151,6 +152,23 @@ bool connected(PGconn*& conn, PGcancel*& cancel, std::mutex& m, std::chrono::mil
     why = "cannot set statement_timeout on database '" + o.name + "': " + last_error;
     return false;
   }
+  // The two queries, planned once per connection.
+  for (auto [name, sql] : {std::pair{"escrow_prepared", "SELECT gid FROM pg_prepared_xacts WHERE database = "
+                                                        "current_database() AND gid = ANY($1::text[])"},
+                           std::pair{"escrow_list", "SELECT gid FROM pg_prepared_xacts WHERE database = "
+                                                    "current_database() AND starts_with(gid, $1)"}}) {
+    PGresult* p = PQprepare(fresh, name, sql, 1, nullptr);
+    bool prepared = p && PQresultStatus(p) == PGRES_COMMAND_OK;
+    if (p) PQclear(p);
+    if (!prepared) {
+      last_error = trimmed(PQerrorMessage(fresh));
+      PQfinish(fresh);
+      backoff = std::min(kMaxBackoff, backoff.count() == 0 ? kFirstBackoff : backoff * 2);
+      next_attempt = clock::now() + backoff;
+      why = "cannot prepare escrowd's queries on database '" + o.name + "': " + last_error;
+      return false;
+    }
+  }
   if (backoff.count() != 0) spdlog::info("coordinator: connected to database '{}' again", o.name);
   backoff = std::chrono::milliseconds(0);
   std::lock_guard lock(m);
@@ -161,9 +179,25 @@ bool connected(PGconn*& conn, PGcancel*& cancel, std::mutex& m, std::chrono::mil
 
 }  // namespace
 
+// A text[] literal of `items`: {"a","b"}, each quoted, backslash and quote escaped.
+static std::string text_array(const std::vector<std::string>& items) {
+  std::string out = "{";
+  for (const auto& item : items) {
+    if (out.size() > 1) out += ',';
+    out += '"';
+    for (char ch : item) {
+      if (ch == '"' || ch == '\\') out += '\\';
+      out += ch;
+    }
+    out += '"';
+  }
+  return out + "}";
+}
+
 void pg_database::run(worker& w) {
   for (;;) {
     request r;
+    std::vector<request> more;  // is_prepared requests answered by the same query as r
     {
       std::unique_lock lock(mutex_);
       wake_.wait(lock, [&] { return stopping_ || !waiting_.empty(); });
@@ -181,23 +215,36 @@ void pg_database::run(worker& w) {
       }
       r = std::move(waiting_.front());
       waiting_.pop_front();
+      // The checks waiting now are answered together: one query, one round trip.
+      if (r.what == request::kind::is_prepared)
+        for (auto it = waiting_.begin(); it != waiting_.end() && more.size() < kMaxChecksAtOnce;) {
+          if (it->what != request::kind::is_prepared) {
+            ++it;
+            continue;
+          }
+          more.push_back(std::move(*it));
+          it = waiting_.erase(it);
+        }
     }
     pg_answer a;
     std::string why;
     if (!connected(w.conn, w.cancel, w.mutex, w.backoff, w.next_attempt, w.last_error, options_, why)) {
       a.result = pg_answer::outcome::unreachable;
       a.error = why;
+      for (auto& m : more) m.done(a);
       r.done(std::move(a));
       continue;
     }
     PGresult* res = nullptr;
-    if (r.what == request::kind::is_prepared || r.what == request::kind::list) {
-      const char* sql = r.what == request::kind::is_prepared
-                            ? "SELECT 't' FROM pg_prepared_xacts WHERE gid = $1 AND database = current_database()"
-                            : "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND "
-                              "starts_with(gid, $1)";
+    if (r.what == request::kind::is_prepared) {
+      std::vector<std::string> gids{r.gid};
+      for (const auto& m : more) gids.push_back(m.gid);
+      std::string array = text_array(gids);
+      const char* params[] = {array.c_str()};
+      res = PQexecPrepared(w.conn, "escrow_prepared", 1, params, nullptr, nullptr, 0);
+    } else if (r.what == request::kind::list) {
       const char* params[] = {r.gid.c_str()};
-      res = PQexecParams(w.conn, sql, 1, nullptr, params, nullptr, nullptr, 0);
+      res = PQexecPrepared(w.conn, "escrow_list", 1, params, nullptr, nullptr, 0);
     } else {
       char* literal = PQescapeLiteral(w.conn, r.gid.c_str(), r.gid.size());
       std::string sql = std::string(r.what == request::kind::commit ? "COMMIT PREPARED " : "ROLLBACK PREPARED ") +
@@ -225,6 +272,18 @@ void pg_database::run(worker& w) {
       }
     }
     if (res) PQclear(res);
+    if (r.what == request::kind::is_prepared) {
+      // Each check gets its own answer: one row "t" when its gid was among the rows.
+      std::vector<std::string> found = std::move(a.rows);
+      auto answer_for = [&](const request& q) {
+        pg_answer one = a;
+        if (a.ok() && std::find(found.begin(), found.end(), q.gid) != found.end()) one.rows = {"t"};
+        return one;
+      };
+      for (auto& m : more) m.done(answer_for(m));
+      r.done(answer_for(r));
+      continue;
+    }
     r.done(std::move(a));
   }
 }

@@ -76,6 +76,17 @@ class broker::impl::core_admin final : public admin_core {
   const broker_config& config() const override { return m_.config; }
   const storage::store& store() const override { return m_.store; }
   const rm::resource_manager& branches() const override { return m_.transactions.rm; }
+  std::vector<coordinated_view> coordinated(std::string_view after, std::size_t limit) const override {
+    std::vector<coordinated_view> out;
+    for (const auto& [gid, l] : m_.coordination.live)
+      if (gid > after) out.push_back({gid, l.database, l.owner, l.committing ? "committing" : "live", l.begun_ms});
+    for (const auto& [gid, d] : m_.coordination.decisions)
+      if (gid > after)
+        out.push_back({gid, d.record.database, d.record.owner, d.finishing ? "finishing" : "decided", d.record.decided_ms});
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.gid < b.gid; });
+    if (out.size() > limit) out.resize(limit);
+    return out;
+  }
 
   metrics_snapshot snapshot() const override { return m_.snapshot(); }
   double uptime_seconds() const override {

@@ -333,6 +333,7 @@ storage::status broker::impl::load_branches(std::size_t& prepared) {
     // What they hold counts in limits.max-transaction-bytes-per-user, as it did before the restart.
     for (const auto& send : b->work.sends) b->staged_bytes += send.msg->record.encoded_size();
     if (b->staged_bytes > 0) transactions.transaction_bytes_by_user[b->owner] += b->staged_bytes;
+    hold_duplicate_ids(*b);  // the _AMQ_DUPL_ID values its commit claims (duplicates.cpp)
     for (const auto& c : b->work.consumed)
       if (queue_ptr q = find_by_id(c.key.queue_id)) q->hold(c.key);
   }

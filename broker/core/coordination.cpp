@@ -211,8 +211,10 @@ void broker::impl::commit_coordinated(const connection_ptr& c, const rm::branch_
           std::move(r),
           [this, c, b, gid, refuse = std::move(refuse), record, receipt_id](int code) {
             if (code != XA_OK)
-              return refuse(std::string(xa_result_name(code)) +
-                            (code == XAER_RMFAIL ? " (the store refused the write)" : " (the transaction cannot commit)"));
+              return refuse(!b->refusal.empty() ? b->refusal
+                                                : std::string(xa_result_name(code)) +
+                                                      (code == XAER_RMFAIL ? " (the store refused the write)"
+                                                                           : " (the transaction cannot commit)"));
             coordination.live.erase(gid);
             coordination.decisions[gid] = coordination_part::decision{record, ++coordination.decision_seq, false};
             fault_point(storage::fault_plan::point::decided);
@@ -266,8 +268,10 @@ void broker::impl::finish_decision(const std::string& gid, std::function<void(co
           coordination.decisions.erase(it);
           storage::batch forget;
           forget.erase(storage::table::decisions, gid);
-          // Not waited for: a decision left stored is concluded again by the next start's pass.
-          submit(std::move(forget), [gid](const storage::status& s) {
+          // Nobody waits for it: it goes with the next write that happens anyway, as an
+          // acknowledgement without a receipt does. A decision left stored (a crash before, a
+          // refused write) is concluded again by the next pass.
+          defer_ack(std::move(forget), [gid](const storage::status& s) {
             if (!s.ok()) spdlog::warn("coordinator: the finished decision of pg-gid {} stays stored: {}", gid, s.message());
           });
         } else if (!then && warn_now("commit " + it->second.record.database)) {

@@ -28,6 +28,7 @@
 #include "escrow/storage/batch.h"
 #include "connections_part.h"
 #include "coordination_part.h"
+#include "duplicates_part.h"
 #include "acks_part.h"
 #include "queue.h"
 #include "transactions_part.h"
@@ -297,6 +298,28 @@ struct broker::impl {
                            const std::optional<std::string>& creator = std::nullopt);
   bool route(const connection_ptr& c, frame& f, routed_message& out, storage::batch& records);
   void publish(std::vector<std::pair<queue_ptr, queue_entry>>& entries);
+
+  // Duplicate detection (duplicates.cpp; docs/stomp.md, "Duplicate detection"): a SEND's
+  // _AMQ_DUPL_ID is remembered for its destination (the address: /queue/x and /topic/x are two) in
+  // the batch that stores the message or commits its transaction; what memory holds is bounded
+  // (duplicates_part.h). Nothing here runs for a SEND without the header.
+  duplicates_part duplicates;
+  // The SEND's id, when it has one and its address remembers ids (id-cache-size above 0); false
+  // after the ERROR when it cannot be one (empty, too long).
+  bool duplicate_id_of(connection& c, const frame& f, std::optional<std::string>& id);
+  // A SEND outside a transaction, routed to `address`: false when `id` is taken there (the SEND is
+  // answered, RECEIPT duplicate:true, and dropped; new queues' records in `b` are still
+  // submitted); else its records are added to `b` and `claims` holds them until
+  // release_duplicate_ids, once b's batch completed.
+  bool claim_send_id(const connection_ptr& c, const frame& f, const std::string& address, const std::string& id,
+                     storage::batch& b, duplicate_ids& claims);
+  void release_duplicate_ids(const duplicate_ids& claims);
+  // carry_out's gate for a branch's ids: a one-phase commit or prepare whose sends carry an id
+  // taken (or twice) is rolled back instead, answering XA_RBINTEGRITY with branch::refusal saying
+  // which id; false then. Otherwise true: a commit's ids go into r.write, a prepare holds its ids
+  // until the branch is decided, and `done` is wrapped to release them.
+  bool gate_duplicate_ids(rm::resource_manager::reply& r, std::function<void(int)>& done);
+  void hold_duplicate_ids(const rm::branch& b);  // a prepared branch recovered at open
 
   // Memory of non-persistent messages (memory_budgets.cpp; docs/security.md, "Limits").
   // A message for `targets` (stored: whether each entry is stored) from `c`: when no entry is

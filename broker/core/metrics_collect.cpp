@@ -174,7 +174,16 @@ metrics_snapshot broker::impl::snapshot() const {
   s.expired_dropped = undelivered.counters.expired_dropped;
   s.dead_lettered = undelivered.counters.dead_lettered;
   s.dead_letters_dropped = undelivered.counters.dead_letters_dropped;
+  s.duplicates = duplicates.refused;
   s.failed_logins = auth ? auth->failed_logins() : 0;
+  s.coordinated_live = coordination.live.size();
+  s.coordinated_decisions = coordination.decisions.size();
+  s.coordinated_committed = coordination.committed;
+  s.coordinated_pending = coordination.answered_pending;
+  s.coordinated_rolled_back = coordination.rolled_back;
+  s.coordinated_unprepared = coordination.refused_unprepared;
+  s.coordinated_recovered_commits = coordination.recovered_commits;
+  s.coordinated_recovered_rollbacks = coordination.recovered_rollbacks;
   collect_branches(transactions.rm, s);
   s.prepare_seconds = transactions.prepare_latency.value();
   s.commit_seconds = transactions.commit_latency.value();

@@ -201,9 +201,13 @@ void broker::impl::publish(std::vector<std::pair<queue_ptr, queue_entry>>& entri
 void broker::impl::handle_send(const connection_ptr& c, frame& f) {
   rm::branch_ptr branch;
   if (!branch_for(c, f, branch)) return;
+  // The SEND's _AMQ_DUPL_ID, when its address remembers ids (duplicates.cpp).
+  std::optional<std::string> duplicate_id;
+  if (!duplicate_id_of(*c, f, duplicate_id)) return;
   // storage.max-size and storage.min-free-disk refuse new persistent messages before the disk is
   // full; acknowledgements and commits go on, and sends resume by themselves once there is room.
-  if (f.get("persistent", "true") != "false") {
+  // A SEND with an id writes the id, persistent or not.
+  if (f.get("persistent", "true") != "false" || duplicate_id) {
     if (storage::status room = store.send_room(); !room.ok())
       return error(*c, "message not stored: " + room.message(), &f);
   }
@@ -232,6 +236,13 @@ void broker::impl::handle_send(const connection_ptr& c, frame& f) {
     if (!may_store(*c, storing, in_transaction, f)) return;
   }
 
+  // Outside a transaction an id already taken drops the SEND here (answered as a duplicate); a new
+  // one is written in the message's batch. In a transaction it is claimed at commit (carry_out).
+  duplicate_ids claims;
+  if (duplicate_id && !branch &&
+      !claim_send_id(c, f, routed.msg->record.destination, *duplicate_id, b, claims))
+    return;
+
   if (branch) {
     // Inside a transaction the message waits in the branch; nothing is visible before commit. A
     // branch that no longer takes work (rolled back, rollback-only) drops it: its end, prepare or
@@ -251,7 +262,7 @@ void broker::impl::handle_send(const connection_ptr& c, frame& f) {
     q->hold(e.key);
     stored.push_back(e.key);
   }
-  if (stored.empty()) {
+  if (stored.empty() && claims.empty()) {
     // Only new queues' records: nothing waits for them (the next write carries them again if refused).
     if (!b.empty())
       submit(std::move(b), [](const storage::status& s) {
@@ -260,13 +271,18 @@ void broker::impl::handle_send(const connection_ptr& c, frame& f) {
     publish(routed.entries);
     return receipt(*c, f);
   }
-  storage::put_message(b, routed.msg->id, routed.msg->record, stored);
-  storage::put_next_message_id(b, next_message_id);
+  if (!stored.empty()) {
+    storage::put_message(b, routed.msg->id, routed.msg->record, stored);
+    storage::put_next_message_id(b, next_message_id);
+  }
 
-  // Nobody sees the message until it is durable: consumers get it from the completion.
+  // Nobody sees the message until it is durable (a message stored nowhere: until its id is):
+  // consumers get it from the completion.
   count_storing(c->info.user, storing, false);
   receipt_after(c, f, std::move(b), "message",
-                [this, user = c->info.user, storing, entries = std::move(routed.entries)](bool stored) mutable {
+                [this, user = c->info.user, storing, entries = std::move(routed.entries),
+                 claims = std::move(claims)](bool stored) mutable {
+                  release_duplicate_ids(claims);
                   count_storing(user, storing, true);
                   if (stored) return publish(entries);
                   for (auto& [q, e] : entries)

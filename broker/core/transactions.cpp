@@ -91,6 +91,9 @@ void broker::impl::apply_rollback(const rm::branch_work& work) {
 }
 
 void broker::impl::carry_out(rm::resource_manager::reply r, std::function<void(int)> done, storage::batch decision) {
+  // Duplicate detection (duplicates.cpp): a prepare or one-phase commit sending an _AMQ_DUPL_ID
+  // already taken is rolled back instead (XA_RBINTEGRITY); a commit's ids go into its write.
+  if (!gate_duplicate_ids(r, done)) return;
   bool commits = r.act == rm::action::commit_one_phase || r.act == rm::action::commit_prepared ||
                  r.act == rm::action::heuristic_commit;
   bool rolls_back = r.act == rm::action::roll_back || r.act == rm::action::heuristic_rollback ||
@@ -274,6 +277,7 @@ void broker::impl::handle_transaction(const connection_ptr& c, const frame& f) {
         carry_out(transactions.rm.call(rm::xa_verb::rollback, 0, b->id, TMNOFLAGS, rm::caller{b->owner}), [](int) {});
       frame request{command, {}, {}};
       if (receipt_id) request.add("receipt", *receipt_id);
+      if (!b->refusal.empty()) return error(*c, command + " of transaction '" + name + "' refused: " + b->refusal, &request);
       return error(*c, command + " of transaction '" + name + "' failed: " + xa_result_name(code) +
                            " (the store refused the write; nothing of the transaction took effect)", &request);
     }
@@ -352,11 +356,12 @@ void broker::impl::handle_xa(const connection_ptr& c, const frame& f) {
   if (!take_named_owner(*c, f, *verb, caller, answer)) return;
   auto r = transactions.rm.call(*verb, c->id, *x, *flags, caller);
   std::string problem = r.problem;
-  carry_out(std::move(r), [this, c, answer, starts_branch, id = rm::branch_id{caller.user, *x}, problem](int code) {
+  rm::branch_ptr target = r.target;  // its refusal says why a prepare or commit was rolled back instead
+  carry_out(std::move(r), [this, c, answer, starts_branch, id = rm::branch_id{caller.user, *x}, problem, target](int code) {
     if (starts_branch && code == XA_OK)
       if (auto b = transactions.rm.branches().find(id); b != transactions.rm.branches().end())
         c->started_branches.push_back(b->second);
-    answer(code, problem);
+    answer(code, target && code == XA_RBINTEGRITY && !target->refusal.empty() ? target->refusal : problem);
   });
 }
 

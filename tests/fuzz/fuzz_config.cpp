@@ -32,6 +32,7 @@ void check_accepted(const broker_config& c) {
       FUZZ_CHECK(*e.collision_avoidance_factor >= 0.0 && *e.collision_avoidance_factor <= 1.0);
     if (e.max_delivery_attempts) FUZZ_CHECK(*e.max_delivery_attempts >= 1 || *e.max_delivery_attempts == -1);
     if (e.expiry_delay_ms) FUZZ_CHECK(*e.expiry_delay_ms >= -1);
+    if (e.id_cache_size) FUZZ_CHECK(*e.id_cache_size <= 10000000);
   }
   // [http] allowed-hosts holds only entries the Host check can use; a policy built from them and
   // asked about any of them is defined behaviour, and each entry's own name passes it.

@@ -6,6 +6,8 @@
 //             --log tm.log [--threads 4] [--idle-exit-ms 3000] [--name tm] [--no-db]
 //             [--input /queue/orders] [--output /queue/confirmations] [--rmid 1]
 //             [--crash-at POINT:N]... [--pause-at POINT:N]... [--recover-only] [--retry-seconds 120]
+//   escrow-tm --coordinated NAME --escrow ... --pg ... [--threads 4] [--idle-exit-ms 3000] [--input ...] [--output ...]
+//   escrow-tm --load-orders N [--body-size 1024] --escrow ... [--input /queue/orders]
 //
 // Points (crash_points.h): before-prepare, between-prepares, after-log, during-commit. --crash-at
 // kills the manager with SIGKILL when the Nth transaction reaches the point; --pause-at prints
@@ -13,6 +15,13 @@
 // meanwhile). Prints "recovered committed=A rolled_back=B" after recovery and, at the end,
 // "finished committed=C rolled_back=D". Exit 0 on success, 1 on a failure it could not get past
 // (what is in doubt stays for the next start's recovery), 2 on bad options.
+//
+// --coordinated NAME runs the same workload without this manager: escrowd coordinates PostgreSQL
+// (BEGIN coordinate:postgresql/NAME, coordinated_workload.h); no decision log, no recovery.
+// --load-orders N sends N orders (order-id order-NNNNNNN, persistent, bodies of --body-size bytes)
+// to the input queue and exits. Both workloads end with "RESULT mode=2pc|coordinated threads=T
+// committed=C ... tx_per_s=R cpu_s=S" (rate_meter.h: from the first commit to the last; this
+// process's CPU), what scripts/bench reads.
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,9 +30,11 @@
 #include <string>
 #include <string_view>
 
+#include "coordinated_workload.h"
 #include "coordinator.h"
 #include "escrow_participant.h"
 #include "pg_participant.h"
+#include "rate_meter.h"
 #include "recovery.h"
 #include "workload.h"
 
@@ -54,6 +65,9 @@ int main(int argc, char** argv) {
   bool recover_only = false;
   long retry_seconds = 120;
   crash_points points;
+  std::string coordinated;  // --coordinated NAME
+  long load_count = 0;      // --load-orders N
+  long body_size = 1024;
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
@@ -89,8 +103,52 @@ int main(int argc, char** argv) {
       if (!points.add(crash_points::action::crash, v, &error)) return usage(error);
     } else if (arg == "--pause-at") {
       if (!points.add(crash_points::action::pause, v, &error)) return usage(error);
+    } else if (arg == "--coordinated") {
+      coordinated = v;
+    } else if (arg == "--load-orders") {
+      load_count = std::atol(v);
+    } else if (arg == "--body-size") {
+      body_size = std::atol(v);
     } else {
       return usage("unknown option " + std::string(arg));
+    }
+  }
+  if (load_count > 0 || !coordinated.empty()) {
+    if (options.threads < 1 || body_size < 0) return usage("--threads must be at least 1, --body-size at least 0");
+    escrow::client::connect_options stomp;
+    std::string error;
+    if (!parse_open_string(options.open_string, stomp, &error)) return usage(error);
+    try {
+      if (load_count > 0) {
+        load_orders(stomp, options.input, load_count, static_cast<std::size_t>(body_size));
+        std::printf("loaded %ld orders into %s\n", load_count, options.input.c_str());
+        return 0;
+      }
+      if (options.conninfo.empty()) return usage("--pg CONNINFO is required with --coordinated");
+      {
+        pg_participant pg(options.conninfo);
+        pg.reopen();
+        create_orders_table(pg);
+      }
+      coordinated_options co{stomp, coordinated, options.conninfo, options.input, options.output, options.threads,
+                             options.idle_exit};
+      workload_counts counts;
+      coordinated_counts extra;
+      rate_meter meter(counts.committed);
+      run_coordinated_workers(co, counts, extra);
+      meter.stop();
+      std::printf("finished committed=%ld rolled_back=%ld pending=%ld\n", counts.committed.load(),
+                  counts.rolled_back.load(), extra.pending.load());
+      std::printf("RESULT mode=coordinated threads=%d committed=%ld rolled_back=%ld pending=%ld failures=%ld "
+                  "unknown=%ld seconds=%.3f tx_per_s=%.1f cpu_s=%.3f\n",
+                  options.threads, counts.committed.load(), counts.rolled_back.load(), extra.pending.load(),
+                  extra.failures.load(), extra.unknown.load(), meter.seconds(), meter.per_second(),
+                  rate_meter::cpu_seconds());
+      std::fflush(stdout);
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "escrow-tm: stopped: %s\n", e.what());
+      return 1;
     }
   }
   if (log_path.empty()) return usage("--log PATH is required (the decision log)");
@@ -119,8 +177,13 @@ int main(int argc, char** argv) {
     }
     if (recover_only) return 0;
     workload_counts counts;
+    rate_meter meter(counts.committed);
     run_workers(options, coord, counts);
+    meter.stop();
     std::printf("finished committed=%ld rolled_back=%ld\n", counts.committed.load(), counts.rolled_back.load());
+    std::printf("RESULT mode=2pc threads=%d committed=%ld rolled_back=%ld seconds=%.3f tx_per_s=%.1f cpu_s=%.3f\n",
+                options.threads, counts.committed.load(), counts.rolled_back.load(), meter.seconds(),
+                meter.per_second(), rate_meter::cpu_seconds());
     std::fflush(stdout);
     return 0;
   } catch (const std::exception& e) {

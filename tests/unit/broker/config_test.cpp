@@ -34,6 +34,26 @@ TEST_SUITE("broker/config") {
     }
   }
 
+  TEST_CASE("id-cache-size: Artemis's default, 0 turns duplicate detection off, and its edges") {
+    CHECK(resolve_settings({}, "orders").id_cache_size == 20000);
+    broker_config config;
+    REQUIRE(load_config_text("[[address-settings]]\nmatch = \"#\"\n\n[[address-settings]]\nmatch = \"orders\"\n"
+                             "id-cache-size = 3\n\n[[address-settings]]\nmatch = \"audit.*\"\nid-cache-size = 0\n",
+                             "t.toml", config)
+                .empty());
+    CHECK(resolve_settings(config.address_settings, "orders").id_cache_size == 3);
+    CHECK(resolve_settings(config.address_settings, "audit.eu").id_cache_size == 0);
+    CHECK(resolve_settings(config.address_settings, "other").id_cache_size == 20000);
+    for (const char* value : {"-1", "10000001", "2.5", "\"many\""}) {
+      INFO(value);
+      broker_config c;
+      std::string error = load_config_text(std::string("[[address-settings]]\nmatch = \"#\"\nid-cache-size = ") + value +
+                                               "\n",
+                                           "t.toml", c);
+      CHECK(error.rfind("t.toml:3: address-settings[1].id-cache-size must be a count of ids from 0", 0) == 0);
+    }
+  }
+
   TEST_CASE("text is read as a file is") {
     broker_config config;
     CHECK(load_config_text("[delivery]\nconsumer-window = 7\n", "t.toml", config).empty());
@@ -98,6 +118,45 @@ TEST_SUITE("broker/config") {
     }
     CHECK(load_config_text("[limits]\nmemory-full-policy = \"block\"\n", "t.toml", config) ==
           "t.toml:2: limits.memory-full-policy must be \"refuse\" or \"drop-oldest\"");
+  }
+
+  TEST_CASE("the coordinator's keys and databases: defaults, edges and the errors") {
+    broker_config config;
+    CHECK(config.coordinated_databases.empty());
+    CHECK(config.max_coordinated_transactions == 1000);
+    CHECK(config.coordinator_connections == 4);
+    CHECK(config.coordinator_statement_timeout_ms == 5000);
+    CHECK(config.coordinator_recovery_interval_ms == 5000);
+    CHECK(load_config_text("[coordinator]\nmax-transactions = 1\nconnections = 64\nstatement-timeout-ms = 100\n"
+                           "recovery-interval-ms = 100\n[[coordinator.postgresql]]\nname = \"shop\"\n"
+                           "conninfo = \"dbname=shop\"\n[[coordinator.postgresql]]\nname = \"b.2-x_y\"\nconninfo = \"\"\n",
+                           "t.toml", config)
+              .empty());
+    CHECK(config.max_coordinated_transactions == 1);
+    CHECK(config.coordinator_connections == 64);
+    REQUIRE(config.coordinated_databases.size() == 2);
+    CHECK(config.coordinated_databases[0].name == "shop");
+    CHECK(config.coordinated_databases[0].conninfo == "dbname=shop");
+    CHECK(config.coordinated_databases[0].where == "t.toml:6: coordinator.postgresql[1]");
+    CHECK(config.coordinated_databases[1].name == "b.2-x_y");
+    CHECK(load_config_text("[coordinator]\nmax-transactions = 0\n", "t.toml", config) ==
+          "t.toml:2: coordinator.max-transactions must be at least 1");
+    CHECK(load_config_text("[coordinator]\nconnections = 65\n", "t.toml", config) ==
+          "t.toml:2: coordinator.connections must be at most 64");
+    CHECK(load_config_text("[coordinator]\nrecovery-interval-ms = 99\n", "t.toml", config).find("must be at least 100") !=
+          std::string::npos);
+    broker_config fresh;
+    CHECK(load_config_text("[[coordinator.postgresql]]\nname = \"shop\"\n", "t.toml", fresh) ==
+          "t.toml:1: coordinator.postgresql[1] needs both name and conninfo (a coordinated database is named and "
+          "reached by them)");
+    CHECK(load_config_text("[[coordinator.postgresql]]\nname = \"a/b\"\nconninfo = \"\"\n", "t.toml", fresh)
+              .find("coordinator.postgresql[1].name must be a name of 1 to 64") != std::string::npos);
+    CHECK(load_config_text("[[coordinator.postgresql]]\nname = \"a\"\nconninfo = \"\"\n[[coordinator.postgresql]]\n"
+                           "name = \"a\"\nconninfo = \"x=1\"\n", "t.toml", fresh)
+              .find("the name 'a' is already used by t.toml:1: coordinator.postgresql[1]") != std::string::npos);
+    CHECK(load_config_text("[[coordinator.postgresql]]\nname = \"a\"\nconninfo = \"\"\nport = 5\n", "t.toml", fresh)
+              .find("coordinator.postgresql[1].port: unknown key") != std::string::npos);
+    CHECK(fresh.coordinated_databases.empty());  // a list that does not load changes nothing
   }
 
   TEST_CASE("the limits of paged admin answers and of per-queue metrics: defaults and edges") {

@@ -154,7 +154,7 @@ TEST_SUITE("storage/batch") {
       CHECK_FALSE(decode_all(std::string("\xff\x01\x00", 3), ops));
     }
     SUBCASE("unknown table") {
-      CHECK_FALSE(decode_all(std::string("\x02\x07\x00", 3), ops));
+      CHECK_FALSE(decode_all(std::string("\x02\x0a\x00", 3), ops));
       CHECK_FALSE(decode_all(std::string("\x02\xff\x00", 3), ops));
     }
     SUBCASE("lone op byte") { CHECK_FALSE(decode_all(std::string("\x01", 1), ops)); }

@@ -194,6 +194,7 @@ class store_fixture {
       MDB_val k{key.size(), const_cast<char*>(key.data())};
       REQUIRE(mdb_del(txn_, dbi_[static_cast<int>(t)], &k, nullptr) == 0);
     }
+    void drop(table t) { REQUIRE(mdb_drop(txn_, dbi_[static_cast<int>(t)], 1) == 0); }  // the table itself
 
    private:
     MDB_env* env_ = nullptr;
@@ -366,6 +367,32 @@ TEST_SUITE("storage/check") {
       CHECK(r.outcome == check_report::result::cannot_open);
       CHECK(r.open_error.find("schema version " + std::to_string(kSchemaVersion + 1)) != std::string::npos);
     }
+  }
+
+  TEST_CASE("commit decisions: counted when they decode, reported when they do not") {
+    store_fixture f;
+    {
+      store_fixture::raw_edit e(f.path());
+      e.put(table::decisions, "escrow_0011_22_1", decision_record{"shop", "alice", 5}.encode());
+    }
+    check_report good = f.check();
+    CHECK(good.outcome == check_report::result::consistent);
+    CHECK(good.counts.decisions == 1);
+    { store_fixture::raw_edit(f.path()).put(table::decisions, "escrow_0011_22_2", "\x04shop"); }
+    require_one(f.check(), problem_kind::undecodable, {"decisions 'escrow_0011_22_2'", "commit decision"});
+  }
+
+  TEST_CASE("a store of schema version 5, without the tables version 6 added, checks as consistent") {
+    store_fixture f;
+    {
+      store_fixture::raw_edit e(f.path());
+      for (int i = kFirstTableOfVersion6; i < kTableCount; ++i) e.drop(static_cast<table>(i));
+      e.put(table::meta, kSchemaVersionKey, u32(5));
+    }
+    check_report r = f.check();
+    CHECK(r.outcome == check_report::result::consistent);
+    CHECK(r.schema_version == 5);
+    CHECK(r.counts.decisions == 0);
   }
 
   TEST_CASE("1: a missing or malformed schema version record is reported") {
@@ -566,6 +593,62 @@ TEST_SUITE("storage/check") {
       CHECK(r.outcome == check_report::result::consistent);
       CHECK(r.counts.next_message_id == 7);  // past the branch's message 6
       CHECK(r.counts.next_queue_id == 4);    // past every queue record
+    }
+  }
+
+  TEST_CASE("8: each remembered duplicate id has its order record and each order record its id") {
+    store_fixture f;
+    {
+      // Written as the broker writes them (put_duplicate_id), the oldest of orders evicted by erasing both.
+      auto s = f.open();
+      batch b;
+      for (std::uint64_t seq = 1; seq <= 4; ++seq) put_duplicate_id(b, "/queue/orders", "o-" + std::to_string(seq), seq);
+      put_duplicate_id(b, "/topic/orders", "o-1", 1);  // another address: the same id is another record
+      b.erase(table::duplicate_order, duplicate_order_key("/queue/orders", 1));
+      b.erase(table::duplicate_ids, duplicate_id_key("/queue/orders", "o-1"));
+      store_fixture::apply(*s, std::move(b));
+    }
+    SUBCASE("consistent, and counted") {
+      check_report r = f.check();
+      INFO(all(r));
+      CHECK(r.outcome == check_report::result::consistent);
+      CHECK(r.counts.duplicate_ids == 4);
+      CHECK(r.counts.duplicate_addresses == 2);
+    }
+    SUBCASE("an id without its order record") {
+      { store_fixture::raw_edit(f.path()).del(table::duplicate_order, duplicate_order_key("/queue/orders", 3)); }
+      require_one(f.check(), problem_kind::reference,
+                  {"duplicate_ids " + printable_key(duplicate_id_key("/queue/orders", "o-3")), "'o-3'", "number 3",
+                   "is missing", "never be evicted"});
+    }
+    SUBCASE("an order record without its id") {
+      { store_fixture::raw_edit(f.path()).del(table::duplicate_ids, duplicate_id_key("/queue/orders", "o-2")); }
+      require_one(f.check(), problem_kind::reference,
+                  {"duplicate_order " + printable_key(duplicate_order_key("/queue/orders", 2)), "number 2", "'o-2'",
+                   "is missing"});
+    }
+    SUBCASE("an id whose number is another's place") {
+      {
+        store_fixture::raw_edit e(f.path());
+        e.put(table::duplicate_ids, duplicate_id_key("/queue/orders", "o-4"), encode_duplicate_sequence(3));
+      }
+      check_report r = f.check();
+      INFO(all(r));
+      // o-4 says 3, whose place names o-3; place 4 names o-4, which says 3.
+      CHECK(r.found[static_cast<std::size_t>(problem_kind::reference)] == 2);
+      CHECK(r.total_found() == 2);
+    }
+    SUBCASE("records that do not decode") {
+      {
+        store_fixture::raw_edit e(f.path());
+        e.put(table::duplicate_ids, duplicate_id_key("/queue/orders", "o-9"), "short");
+        e.put(table::duplicate_order, "nonsense", "o-9");
+      }
+      check_report r = f.check();
+      INFO(all(r));
+      CHECK(r.found[static_cast<std::size_t>(problem_kind::undecodable)] == 2);
+      CHECK(r.total_found() == 2);
+      CHECK(all(r).find("duplicate_order 'nonsense'") != std::string::npos);
     }
   }
 }

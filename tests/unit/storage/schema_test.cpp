@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "escrow/storage/coding.h"
@@ -284,5 +285,93 @@ TEST_SUITE("storage/schema") {
     bad[1] = 3;  // flags: bit 1 is not defined
     CHECK_FALSE(message_record::decode(bad, out));
     CHECK_FALSE(decode_inline_message(encode_delivery_count(0) + bad, out));
+  }
+
+  TEST_CASE("a commit decision round trips; a truncated or empty-database one does not decode") {
+    decision_record d{"shop", "alice", 1764633600000};
+    std::string v = d.encode();
+    decision_record out;
+    REQUIRE(decision_record::decode(v, out));
+    CHECK(out.database == "shop");
+    CHECK(out.owner == "alice");
+    CHECK(out.decided_ms == 1764633600000);
+    CHECK_FALSE(decision_record::decode(v.substr(0, v.size() - 1), out));
+    CHECK_FALSE(decision_record::decode(v + "x", out));
+    CHECK_FALSE(decision_record::decode(decision_record{"", "alice", 1}.encode(), out));
+    CHECK(decision_record::decode(decision_record{"shop", "", 1}.encode(), out));  // anonymous
+  }
+
+  TEST_CASE("duplicate id keys: the address varint-prefixed, then the id; they round trip") {
+    std::string k = duplicate_id_key("/queue/orders", "order-17");
+    CHECK(k == std::string("\x0d/queue/ordersorder-17"));
+    CHECK(k.rfind(duplicate_address_prefix("/queue/orders"), 0) == 0);
+    std::string_view address, id;
+    REQUIRE(parse_duplicate_id_key(k, address, id));
+    CHECK(address == "/queue/orders");
+    CHECK(id == "order-17");
+    // /queue/x and /topic/x are two addresses; no address's keys start with another's prefix.
+    CHECK(duplicate_id_key("/queue/x", "1") != duplicate_id_key("/topic/x", "1"));
+    CHECK(duplicate_id_key("/queue/ab", "c").rfind(duplicate_address_prefix("/queue/a"), 0) != 0);
+    CHECK(duplicate_id_key("/queue/a", "bc").rfind(duplicate_address_prefix("/queue/ab"), 0) != 0);
+    // Binary ids are ids too.
+    std::string binary("\x00\xff\x01", 3);
+    REQUIRE(parse_duplicate_id_key(duplicate_id_key("/topic/t", binary), address, id));
+    CHECK(id == binary);
+  }
+
+  TEST_CASE("duplicate id keys: malformed ones do not parse") {
+    std::string_view address, id;
+    CHECK_FALSE(parse_duplicate_id_key("", address, id));
+    CHECK_FALSE(parse_duplicate_id_key(duplicate_address_prefix("/queue/a"), address, id));  // no id
+    CHECK_FALSE(parse_duplicate_id_key(std::string("\x00", 1) + "id", address, id));      // empty address
+    CHECK_FALSE(parse_duplicate_id_key("\x09/queue", address, id));                        // cut short
+  }
+
+  TEST_CASE("duplicate order keys: newest first within an address, and they round trip") {
+    for (std::uint64_t seq : {1ull, 2ull, 255ull, 256ull, 0xfffffffffffffffeull}) {
+      std::string k = duplicate_order_key("/queue/orders", seq);
+      CHECK(k.size() == 1 + 13 + 8);
+      std::string_view address;
+      std::uint64_t out = 0;
+      REQUIRE(parse_duplicate_order_key(k, address, out));
+      CHECK(address == "/queue/orders");
+      CHECK(out == seq);
+    }
+    CHECK(duplicate_order_key("/queue/a", 2) < duplicate_order_key("/queue/a", 1));
+    CHECK(duplicate_order_key("/queue/a", 256) < duplicate_order_key("/queue/a", 255));
+    std::string_view address;
+    std::uint64_t out = 0;
+    CHECK_FALSE(parse_duplicate_order_key("", address, out));
+    CHECK_FALSE(parse_duplicate_order_key(duplicate_order_key("/queue/a", 1).substr(0, 15), address, out));
+    CHECK_FALSE(parse_duplicate_order_key(duplicate_order_key("/queue/a", 1) + "x", address, out));
+    CHECK_FALSE(parse_duplicate_order_key(duplicate_order_key("/queue/a", 0), address, out));  // numbers start at 1
+  }
+
+  TEST_CASE("duplicate id values are a u64 sequence of at least 1") {
+    std::uint64_t out = 0;
+    REQUIRE(decode_duplicate_sequence(encode_duplicate_sequence(0x0102030405060708ull), out));
+    CHECK(out == 0x0102030405060708ull);
+    CHECK(encode_duplicate_sequence(1) == std::string("\x00\x00\x00\x00\x00\x00\x00\x01", 8));
+    CHECK_FALSE(decode_duplicate_sequence(encode_duplicate_sequence(0), out));
+    CHECK_FALSE(decode_duplicate_sequence("1234567", out));
+    CHECK_FALSE(decode_duplicate_sequence("123456789", out));
+  }
+
+  TEST_CASE("put_duplicate_id writes the twin records; the key limit is LMDB's") {
+    batch b;
+    put_duplicate_id(b, "/queue/orders", "id-1", 7);
+    std::vector<std::tuple<table, std::string, std::string>> ops;
+    REQUIRE(batch::decode(b.rep(), [&](batch::op o, table t, std::string_view k, std::string_view v) {
+      CHECK(o == batch::op::put);
+      ops.emplace_back(t, std::string(k), std::string(v));
+    }));
+    REQUIRE(ops.size() == 2);
+    CHECK(ops[0] == std::make_tuple(table::duplicate_ids, duplicate_id_key("/queue/orders", "id-1"),
+                                    encode_duplicate_sequence(7)));
+    CHECK(ops[1] == std::make_tuple(table::duplicate_order, duplicate_order_key("/queue/orders", 7), std::string("id-1")));
+    CHECK(duplicate_key_fits("/queue/orders", std::string(kMaxDuplicateIdBytes, 'x')));
+    std::string long_address = "/queue/" + std::string(300, 'a');
+    CHECK(duplicate_key_fits(long_address, std::string(200, 'x')));
+    CHECK_FALSE(duplicate_key_fits(long_address, std::string(210, 'x')));
   }
 }

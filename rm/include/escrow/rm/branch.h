@@ -62,6 +62,9 @@ struct branch {
   std::chrono::steady_clock::time_point deadline;  // rolled back if not prepared by then
   std::uint64_t created_ms = 0;                    // wall clock, for operators
   int rolled_back_code = 0;  // state rolled_back: the XA_RB* code the next call answers
+  // Why the broker rolled it back instead of preparing or committing it (a duplicate _AMQ_DUPL_ID,
+  // broker/core/duplicates.cpp), for the answer; "" otherwise.
+  std::string refusal;
   bool busy = false;         // a storage write for it is in flight
   std::uint64_t staged_bytes = 0;  // what its staged SENDs hold (broker limits), counted by the broker
 };

@@ -1,6 +1,7 @@
 // Address settings: the per-address rules for messages that cannot be delivered (HornetQ's
 // chapters on expiry and undelivered messages): where expired messages and dead letters go, the
-// default time to live, the redelivery delay and the delivery attempts before a dead letter.
+// default time to live, the redelivery delay and the delivery attempts before a dead letter; and
+// how many duplicate ids an address remembers (Artemis's id-cache-size).
 //
 // Settings are written per address pattern (address_pattern.h: the HornetQ/Artemis wildcards).
 // An address is a destination without its prefix ("/queue/orders.eu" -> "orders.eu"; a topic subscription's address is its topic).
@@ -32,6 +33,9 @@ struct address_settings {
   double collision_avoidance_factor = 0.0;       // 0.0 to 1.0: random spread of the delay
   bool auto_delete_queues = true;                // an empty queue nobody uses goes (Artemis's default)
   std::uint64_t auto_delete_queues_delay_ms = 60000;  // after this long empty and unused
+  // _AMQ_DUPL_ID values the address remembers, oldest forgotten first (Artemis's default); 0: the
+  // header is not looked at (docs/stomp.md, "Duplicate detection").
+  std::uint32_t id_cache_size = 20000;
 
   // The wait before redelivering a message that has had `count` (>= 1) unsuccessful deliveries:
   // redelivery_delay x multiplier^(count-1), capped, then moved by up to the avoidance factor.
@@ -53,6 +57,7 @@ struct address_setting_entry {
   std::optional<double> collision_avoidance_factor;
   std::optional<bool> auto_delete_queues;
   std::optional<std::uint64_t> auto_delete_queues_delay_ms;
+  std::optional<std::uint32_t> id_cache_size;
 };
 
 // Resolves the settings of `address` from `entries` (in file order; a later entry wins a tie).

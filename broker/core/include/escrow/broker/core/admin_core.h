@@ -112,6 +112,17 @@ struct operator_target {
   std::string problem;
 };
 
+// A coordinated PostgreSQL transaction as `escrow coordinator` lists it (docs/exactly-once.md).
+struct coordinated_view {
+  std::string gid;
+  std::string database;
+  std::string user;
+  // live (begun), committing (its COMMIT is checking the database or writing the decision),
+  // decided (committed here, COMMIT PREPARED not known done: pending), finishing (COMMIT PREPARED under way)
+  std::string state;
+  std::uint64_t since_ms = 0;  // wall clock: begun, or decided
+};
+
 class admin_core {
  public:
   virtual ~admin_core() = default;
@@ -119,6 +130,9 @@ class admin_core {
   virtual const broker_config& config() const = 0;
   virtual const storage::store& store() const = 0;  // for short read transactions
   virtual const rm::resource_manager& branches() const = 0;
+  // Coordinated transactions in gid order, from the first gid after `after` ("" from the start),
+  // at most `limit` of them.
+  virtual std::vector<coordinated_view> coordinated(std::string_view after, std::size_t limit) const = 0;
 
   // `escrow status`: the metrics snapshot (queue series included), the time since start, the
   // listeners as bound.

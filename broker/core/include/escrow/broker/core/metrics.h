@@ -100,12 +100,24 @@ struct metrics_snapshot {
   std::uint64_t expired_dropped = 0;
   std::uint64_t dead_lettered = 0;
   std::uint64_t dead_letters_dropped = 0;
+  // SENDs whose _AMQ_DUPL_ID their address had taken: dropped (outside a transaction), or their
+  // transaction rolled back at commit or prepare (once per transaction). docs/stomp.md.
+  std::uint64_t duplicates = 0;
   std::map<std::string, std::uint64_t> branches_by_state;  // every state, 0 included
   // Seconds since the oldest branch in state prepared was started (XA-START; the start time is in
   // its prepared record, so it survives restarts); 0 when no branch is prepared.
   double oldest_prepared_age_seconds = 0;
   histogram prepare_seconds;
   histogram commit_seconds;
+  // Coordinated PostgreSQL transactions (docs/exactly-once.md): in flight now, and counted since start.
+  std::uint64_t coordinated_live = 0;        // begun, not yet decided or rolled back
+  std::uint64_t coordinated_decisions = 0;   // committed here, COMMIT PREPARED not known done
+  std::uint64_t coordinated_committed = 0;   // COMMITs answered database:committed
+  std::uint64_t coordinated_pending = 0;     // COMMITs answered database:pending
+  std::uint64_t coordinated_rolled_back = 0;
+  std::uint64_t coordinated_unprepared = 0;  // COMMITs refused: the gid was not prepared
+  std::uint64_t coordinated_recovered_commits = 0;
+  std::uint64_t coordinated_recovered_rollbacks = 0;
   store_metrics store;
   queue_totals totals;
   // The queues with series of their own, in the order of their storage keys: all of them, or the
