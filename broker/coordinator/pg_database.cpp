@@ -12,7 +12,7 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kFirstBackoff{100};
-constexpr std::chrono::milliseconds kMaxBackoff{5000};
+constexpr std::chrono::milliseconds kMaxBackoff{1000};
 constexpr std::size_t kMaxChecksAtOnce = 256;  // gids one is-prepared query asks about
 
 std::string trimmed(std::string s) {
@@ -109,10 +109,17 @@ void pg_database::list_prepared(const std::string& prefix, done_fn done) {
 namespace {
 
 // Connects `conn` when it is not, at most once per backoff; false (with `why`) when there is none.
+// `connected_once`: when another connection to the database last connected (steady clock, ns). A
+// connection waiting out its backoff tries at once when another has connected since its failure:
+// the database is back, and a request must not be refused for this thread's old failure.
 bool connected(PGconn*& conn, PGcancel*& cancel, std::mutex& m, std::chrono::milliseconds& backoff,
-               clock::time_point& next_attempt, std::string& last_error, const pg_options& o, std::string& why) {
+               clock::time_point& next_attempt, std::string& last_error, const pg_options& o, std::string& why,
+               std::atomic<std::int64_t>& connected_once) {
   if (conn && PQstatus(conn) == CONNECTION_OK) return true;
-  if (clock::now() < next_attempt) {
+  auto failed_at = next_attempt - backoff;
+  bool others_connected =
+      connected_once.load() > std::chrono::duration_cast<std::chrono::nanoseconds>(failed_at.time_since_epoch()).count();
+  if (clock::now() < next_attempt && !others_connected) {
     why = "no connection to database '" + o.name + "' (" + last_error + "); escrowd tries again shortly";
     return false;
   }
@@ -171,6 +178,7 @@ bool connected(PGconn*& conn, PGcancel*& cancel, std::mutex& m, std::chrono::mil
   }
   if (backoff.count() != 0) spdlog::info("coordinator: connected to database '{}' again", o.name);
   backoff = std::chrono::milliseconds(0);
+  connected_once.store(std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now().time_since_epoch()).count());
   std::lock_guard lock(m);
   conn = fresh;
   cancel = PQgetCancel(conn);
@@ -227,51 +235,60 @@ void pg_database::run(worker& w) {
         }
     }
     pg_answer a;
-    std::string why;
-    if (!connected(w.conn, w.cancel, w.mutex, w.backoff, w.next_attempt, w.last_error, options_, why)) {
-      a.result = pg_answer::outcome::unreachable;
-      a.error = why;
-      for (auto& m : more) m.done(a);
-      r.done(std::move(a));
-      continue;
-    }
-    PGresult* res = nullptr;
-    if (r.what == request::kind::is_prepared) {
-      std::vector<std::string> gids{r.gid};
-      for (const auto& m : more) gids.push_back(m.gid);
-      std::string array = text_array(gids);
-      const char* params[] = {array.c_str()};
-      res = PQexecPrepared(w.conn, "escrow_prepared", 1, params, nullptr, nullptr, 0);
-    } else if (r.what == request::kind::list) {
-      const char* params[] = {r.gid.c_str()};
-      res = PQexecPrepared(w.conn, "escrow_list", 1, params, nullptr, nullptr, 0);
-    } else {
-      char* literal = PQescapeLiteral(w.conn, r.gid.c_str(), r.gid.size());
-      std::string sql = std::string(r.what == request::kind::commit ? "COMMIT PREPARED " : "ROLLBACK PREPARED ") +
-                        (literal ? literal : "''");
-      if (literal) PQfreemem(literal);
-      res = PQexec(w.conn, sql.c_str());
-    }
-    ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
-    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
-      for (int i = 0; i < PQntuples(res); ++i) a.rows.emplace_back(PQgetvalue(res, i, 0));
-    } else {
-      const char* state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : nullptr;
-      a.sqlstate = state ? state : "";
-      a.error = trimmed(res ? PQresultErrorMessage(res) : PQerrorMessage(w.conn));
-      if (a.error.empty()) a.error = trimmed(PQerrorMessage(w.conn));
-      // A broken connection, or a statement PostgreSQL cancelled at statement_timeout: its outcome
-      // is not known (a COMMIT PREPARED may have happened), so nothing is concluded from it.
-      bool broken = PQstatus(w.conn) != CONNECTION_OK;
-      if (broken || a.sqlstate == "57014" || a.sqlstate.rfind("08", 0) == 0 || a.sqlstate.rfind("57P", 0) == 0) {
+    // A connection PostgreSQL dropped (a restart) shows only when a statement fails on it: then
+    // the statement runs once more on a new one. Each is safe to repeat: a query reads, and a
+    // COMMIT or ROLLBACK PREPARED that happened answers "no such gid" the second time.
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      a = pg_answer{};
+      std::string why;
+      bool was_connected = w.conn && PQstatus(w.conn) == CONNECTION_OK;
+      if (!connected(w.conn, w.cancel, w.mutex, w.backoff, w.next_attempt, w.last_error, options_, why,
+                     connected_once_)) {
         a.result = pg_answer::outcome::unreachable;
-        a.error = "database '" + options_.name + "' did not answer: " + a.error;
-        if (broken) w.close();
-      } else {
-        a.result = pg_answer::outcome::failed;
+        a.error = why;
+        break;
       }
+      PGresult* res = nullptr;
+      if (r.what == request::kind::is_prepared) {
+        std::vector<std::string> gids{r.gid};
+        for (const auto& m : more) gids.push_back(m.gid);
+        std::string array = text_array(gids);
+        const char* params[] = {array.c_str()};
+        res = PQexecPrepared(w.conn, "escrow_prepared", 1, params, nullptr, nullptr, 0);
+      } else if (r.what == request::kind::list) {
+        const char* params[] = {r.gid.c_str()};
+        res = PQexecPrepared(w.conn, "escrow_list", 1, params, nullptr, nullptr, 0);
+      } else {
+        char* literal = PQescapeLiteral(w.conn, r.gid.c_str(), r.gid.size());
+        std::string sql = std::string(r.what == request::kind::commit ? "COMMIT PREPARED " : "ROLLBACK PREPARED ") +
+                          (literal ? literal : "''");
+        if (literal) PQfreemem(literal);
+        res = PQexec(w.conn, sql.c_str());
+      }
+      ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+      if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+        for (int i = 0; i < PQntuples(res); ++i) a.rows.emplace_back(PQgetvalue(res, i, 0));
+      } else {
+        const char* state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : nullptr;
+        a.sqlstate = state ? state : "";
+        a.error = trimmed(res ? PQresultErrorMessage(res) : PQerrorMessage(w.conn));
+        if (a.error.empty()) a.error = trimmed(PQerrorMessage(w.conn));
+        // A broken connection, or a statement PostgreSQL cancelled at statement_timeout: its outcome
+        // is not known (a COMMIT PREPARED may have happened), so nothing is concluded from it.
+        bool broken = PQstatus(w.conn) != CONNECTION_OK;
+        if (broken || a.sqlstate == "57014" || a.sqlstate.rfind("08", 0) == 0 || a.sqlstate.rfind("57P", 0) == 0) {
+          a.result = pg_answer::outcome::unreachable;
+          a.error = "database '" + options_.name + "' did not answer: " + a.error;
+          if (broken) w.close();
+        } else {
+          a.result = pg_answer::outcome::failed;
+        }
+      }
+      if (res) PQclear(res);
+      bool retry = was_connected && !w.conn && attempt == 0;  // it broke under this statement
+      if (!retry) break;
+      w.next_attempt = clock::time_point{};
     }
-    if (res) PQclear(res);
     if (r.what == request::kind::is_prepared) {
       // Each check gets its own answer: one row "t" when its gid was among the rows.
       std::vector<std::string> found = std::move(a.rows);

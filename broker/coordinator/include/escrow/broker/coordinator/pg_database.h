@@ -9,7 +9,9 @@
 // Thread safety: every public function may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -83,6 +85,7 @@ class pg_database {
   std::condition_variable wake_;
   std::deque<request> waiting_;
   bool stopping_ = false;
+  std::atomic<std::int64_t> connected_once_{0};  // the last time one of the connections connected
   std::vector<std::unique_ptr<worker>> workers_;
   std::vector<std::thread> threads_;
 };
