@@ -76,9 +76,11 @@ void pg_database::stop() {
 }
 
 void pg_database::enqueue(request r) {
+  bool stopping = false;
   {
     std::lock_guard lock(mutex_);
-    if (!stopping_) {
+    stopping = stopping_;
+    if (!stopping_ && (waiting_.size() < kMaxWaiting || r.what != request::kind::rollback)) {
       waiting_.push_back(std::move(r));
       r.done = nullptr;
     }
@@ -86,7 +88,7 @@ void pg_database::enqueue(request r) {
   if (r.done) {
     pg_answer a;
     a.result = pg_answer::outcome::unreachable;
-    a.error = "escrowd is stopping";
+    a.error = stopping ? "escrowd is stopping" : "too many statements waiting for database '" + options_.name + "'";
     r.done(std::move(a));
     return;
   }
@@ -240,6 +242,7 @@ void pg_database::run(worker& w) {
     // COMMIT or ROLLBACK PREPARED that happened answers "no such gid" the second time.
     for (int attempt = 0; attempt < 2; ++attempt) {
       a = pg_answer{};
+      a.retried = attempt > 0;
       std::string why;
       bool was_connected = w.conn && PQstatus(w.conn) == CONNECTION_OK;
       if (!connected(w.conn, w.cancel, w.mutex, w.backoff, w.next_attempt, w.last_error, options_, why,
@@ -286,6 +289,10 @@ void pg_database::run(worker& w) {
       }
       if (res) PQclear(res);
       bool retry = was_connected && !w.conn && attempt == 0;  // it broke under this statement
+      {
+        std::lock_guard lock(mutex_);
+        if (stopping_) retry = false;
+      }
       if (!retry) break;
       w.next_attempt = clock::time_point{};
     }

@@ -153,6 +153,7 @@ void broker::impl::end_coordinated(const rm::branch& b) {
   if (b.coordinated_gid.empty()) return;
   auto it = coordination.live.find(b.coordinated_gid);
   if (it == coordination.live.end()) return;  // decided: the commit's path finishes it
+  if (it->second.in_doubt) return;            // the restart decides it
   std::string gid = it->first, database = it->second.database;
   coordination.live.erase(it);
   ++coordination.rolled_back;
@@ -182,10 +183,14 @@ void broker::impl::commit_coordinated(const connection_ptr& c, const rm::branch_
     if (transactions.rm.branches().count(rm::branch_id{b->owner, b->id}))
       carry_out(transactions.rm.call(rm::xa_verb::rollback, 0, b->id, TMNOFLAGS, rm::caller{b->owner}), [](int) {});
     error(*c, "COMMIT of transaction '" + name + "' refused: " + why +
-                  "; rolled back on both sides: nothing of it took effect", &request);
+                  "; nothing of it took effect here, and its database side is rolled back (now, or by the next "
+                  "recovery pass)", &request);
   };
   if (live == coordination.live.end() || db == coordination.databases.end())
     return refuse("its coordinated database is gone");
+  if (!receipt_id)
+    return refuse("a COMMIT of a coordinated transaction needs a receipt header: its RECEIPT says whether the "
+                  "database committed");
   live->second.committing = true;
   b->busy = true;  // no timeout rolls it back under the check
   db->second.pg->is_prepared(gid, [this, c, b, gid, database, refuse, receipt_id, request](pg_answer checked) mutable {
@@ -209,7 +214,23 @@ void broker::impl::commit_coordinated(const connection_ptr& c, const rm::branch_
       auto r = transactions.rm.call(rm::xa_verb::commit, 0, b->id, TMONEPHASE, rm::caller{b->owner});
       carry_out(
           std::move(r),
-          [this, c, b, gid, refuse = std::move(refuse), record, receipt_id](int code) {
+          [this, c, b, gid, refuse = std::move(refuse), record, receipt_id, request](int code) {
+            if (code != XA_OK && !store.writable()) {
+              // The store failed in a way that leaves the write's outcome unknown (a failed sync:
+              // the batch, decision included, may be on disk after a restart). Neither side is
+              // rolled back: the gid stays in doubt, out of reach of the passes, and the restart
+              // decides from what the store holds (a decision: commit; none: presumed abort).
+              if (auto l = coordination.live.find(gid); l != coordination.live.end()) l->second.in_doubt = true;
+              if (transactions.rm.branches().count(rm::branch_id{b->owner, b->id}))
+                carry_out(transactions.rm.call(rm::xa_verb::rollback, 0, b->id, TMNOFLAGS, rm::caller{b->owner}),
+                          [](int) {});
+              spdlog::error("coordinator: the commit of pg-gid {} may or may not be on disk (the store failed); it "
+                            "stays prepared in its database until escrowd restarts and decides from the store",
+                            gid);
+              return error(*c, "COMMIT of transaction outcome unknown: the store failed while writing it (see "
+                               "escrowd's log); escrowd decides both sides from the store when it restarts",
+                           &request);
+            }
             if (code != XA_OK)
               return refuse(!b->refusal.empty() ? b->refusal
                                                 : std::string(xa_result_name(code)) +
@@ -224,6 +245,10 @@ void broker::impl::commit_coordinated(const connection_ptr& c, const rm::branch_
               if (receipt_id) r.add("receipt-id", *receipt_id);
               r.add("pg-gid", gid);
               if (a.ok()) {
+                ++coordination.committed;
+                r.add("database", "committed");
+              } else if (a.no_such_gid() && a.retried) {
+                // The first COMMIT PREPARED lost its connection after PostgreSQL committed it.
                 ++coordination.committed;
                 r.add("database", "committed");
               } else if (a.no_such_gid()) {

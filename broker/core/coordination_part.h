@@ -36,6 +36,9 @@ struct coordination_part {
     std::uint64_t connection = 0;
     std::uint64_t begun_ms = 0;
     bool committing = false;  // its COMMIT is checking the database or writing the decision
+    // Its commit's write failed with an unknown outcome (the store stopped): kept here, out of the
+    // passes' reach, until escrowd restarts and decides from the store.
+    bool in_doubt = false;
   };
   std::unordered_map<std::string, live_transaction> live;
 

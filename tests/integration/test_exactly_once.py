@@ -1146,6 +1146,44 @@ def test_store_refusing_the_decision_rolls_both_sides_back(broker_factory, postg
     s.check_exactly_once(ids)
 
 
+def test_a_failed_sync_of_the_decision_leaves_both_sides_to_the_restart(broker_factory, postgres, stomp_client):  # noqa: F811
+    """ESCROW_FAULTS sync:K:eio, K the sync of the COMMIT's batch: the write reached the log file but
+    its sync failed, so whether it is durable is not known. The broker must not roll the database
+    back (the batch, decision included, may be replayed at restart): the COMMIT gets an ERROR
+    saying the outcome is unknown, the gid stays prepared, and the restart decides both sides from
+    the store. Here the log holds the batch, so both commit, exactly once."""
+    k = 4  # as in the test above: start-up, the order, the staged SEND, the COMMIT's batch
+    s = Setup(broker_factory, postgres, env={"ESCROW_FAULTS": f"sync:{k}:eio"})
+    wait_until(lambda: admin_status(s.broker)["store"]["commits"] >= 1, "the start-up commit")
+    ids = s.load(1)
+    c = stomp_client(s.broker)
+    m = s.take(c)
+    oid = m.headers["order-id"]
+    db = pg_connect(s.conninfo)
+    tx = unique("tx")
+    gid = begin(c, tx)
+    call(c.conn.ack, m.headers["ack"], transaction=tx)
+    rid = c.new_receipt()
+    call(c.conn.send, s.output, f"confirmed {oid}",
+         headers={"transaction": tx, "order-id": oid, "persistent": "true", "receipt": rid})
+    answer(c, rid)
+    s.insert(db, oid, "test")
+    prepare(db, gid)
+    commits = admin_status(s.broker)["store"]["commits"]
+    assert commits == k - 1, f"{commits} commits before the COMMIT: the fault would not hit its batch"
+    with pytest.raises(Refused) as refused:
+        commit(c, tx)
+    message = refused.value.message
+    assert "outcome unknown" in message and "restarts" in message, message
+    db.close()
+    # What is asserted is an absence: over five recovery passes, none rolls the gid back.
+    s.broker.wait_log("may or may not be on disk")
+    time.sleep(5 * RECOVERY_MS / 1000)
+    assert s.prepared() == [gid]
+    s.restart(env={})
+    s.check_exactly_once(ids)
+
+
 # --------------------------------------------------------------------------------------------
 # 6. Refusals and rollbacks
 # --------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ struct pg_answer {
   std::string error;     // what went wrong, PostgreSQL's own text where it gave one
   std::string sqlstate;  // failed: the SQLSTATE (42704: no such prepared transaction)
   std::vector<std::string> rows;  // the first column of each row, for queries
+  bool retried = false;  // the first attempt's connection broke: this is the second attempt's answer
   bool ok() const { return result == outcome::ok; }
   // A COMMIT PREPARED or ROLLBACK PREPARED of a gid PostgreSQL does not have (done already).
   bool no_such_gid() const { return result == outcome::failed && sqlstate == "42704"; }
@@ -66,6 +67,10 @@ class pg_database {
   void rollback_prepared(const std::string& gid, done_fn done);
   // The gids prepared in this database that start with `prefix`.
   void list_prepared(const std::string& prefix, done_fn done);
+
+  // Requests waiting at most; a ROLLBACK PREPARED beyond it is answered unreachable at once (the
+  // next recovery pass rolls the gid back). The others are bounded by coordinator.max-transactions.
+  static constexpr std::size_t kMaxWaiting = 10000;
 
   // Cancels what runs, answers what waits as unreachable, joins the threads. Idempotent.
   void stop();
