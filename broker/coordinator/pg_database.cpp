@@ -141,26 +141,21 @@ bool connected(PGconn*& conn, PGcancel*& cancel, std::mutex& m, std::chrono::mil
   const char* values[] = {timeout_s.c_str(), "escrowd coordinator", "1", "5", "2", "3", user_timeout.c_str(),
                           o.conninfo.c_str(), nullptr};
   PGconn* fresh = PQconnectdbParams(keys, values, 1);
-  if (!fresh || PQstatus(fresh) != CONNECTION_OK) {
+  // A failed attempt: the next one waits out a doubled backoff.
+  auto failed = [&](const std::string& what) {
     last_error = fresh ? trimmed(PQerrorMessage(fresh)) : "out of memory";
     if (fresh) PQfinish(fresh);
     backoff = std::min(kMaxBackoff, backoff.count() == 0 ? kFirstBackoff : backoff * 2);
     next_attempt = clock::now() + backoff;
-    why = "cannot connect to database '" + o.name + "': " + last_error;
+    why = what + " database '" + o.name + "': " + last_error;
     return false;
-  }
+  };
+  if (!fresh || PQstatus(fresh) != CONNECTION_OK) return failed("cannot connect to");
   std::string set = "SET statement_timeout = " + std::to_string(o.statement_timeout.count());
   PGresult* r = PQexec(fresh, set.c_str());
   bool set_ok = r && PQresultStatus(r) == PGRES_COMMAND_OK;
   if (r) PQclear(r);
-  if (!set_ok) {
-    last_error = trimmed(PQerrorMessage(fresh));
-    PQfinish(fresh);
-    backoff = std::min(kMaxBackoff, backoff.count() == 0 ? kFirstBackoff : backoff * 2);
-    next_attempt = clock::now() + backoff;
-    why = "cannot set statement_timeout on database '" + o.name + "': " + last_error;
-    return false;
-  }
+  if (!set_ok) return failed("cannot set statement_timeout on");
   // The two queries, planned once per connection.
   for (auto [name, sql] : {std::pair{"escrow_prepared", "SELECT gid FROM pg_prepared_xacts WHERE database = "
                                                         "current_database() AND gid = ANY($1::text[])"},
@@ -169,14 +164,7 @@ bool connected(PGconn*& conn, PGcancel*& cancel, std::mutex& m, std::chrono::mil
     PGresult* p = PQprepare(fresh, name, sql, 1, nullptr);
     bool prepared = p && PQresultStatus(p) == PGRES_COMMAND_OK;
     if (p) PQclear(p);
-    if (!prepared) {
-      last_error = trimmed(PQerrorMessage(fresh));
-      PQfinish(fresh);
-      backoff = std::min(kMaxBackoff, backoff.count() == 0 ? kFirstBackoff : backoff * 2);
-      next_attempt = clock::now() + backoff;
-      why = "cannot prepare escrowd's queries on database '" + o.name + "': " + last_error;
-      return false;
-    }
+    if (!prepared) return failed("cannot prepare escrowd's queries on");
   }
   if (backoff.count() != 0) spdlog::info("coordinator: connected to database '{}' again", o.name);
   backoff = std::chrono::milliseconds(0);

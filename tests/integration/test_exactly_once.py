@@ -1106,15 +1106,15 @@ def test_commits_go_through_once_postgres_is_back(setup, stomp_client):
 # 5. The store refuses the decision's batch
 # --------------------------------------------------------------------------------------------
 
-def test_store_refusing_the_decision_rolls_both_sides_back(broker_factory, postgres, stomp_client):  # noqa: F811
-    """ESCROW_FAULTS commit:K:enospc, K the commit that carries the decision with the transaction's
-    ack and send: COMMIT gets an ERROR, PostgreSQL's side is rolled back, nothing took effect,
-    and the order comes back (and then goes through)."""
-    # 1: the start-up queues of a new store; 2: the order; 3: the SEND in the transaction (its
-    # message is stored at once, staged until the commit); 4: the COMMIT's batch, with the decision.
-    # Each waited for, so that no two share a group commit.
+def commit_under_fault(broker_factory, postgres, stomp_client, fault):  # noqa: F811
+    """One order taken, ACKed and confirmed in a coordinated transaction, its SQL prepared, and its
+    COMMIT sent to a broker whose ESCROW_FAULTS rule `fault` (POINT:{k}:FAULT) hits the COMMIT's
+    batch: the 4th commit and sync of a new store (1: the start-up queues; 2: the order; 3: the
+    SEND in the transaction, whose message is stored at once and staged until the commit; 4: the
+    COMMIT's batch, with the decision; each waited for, so that no two share a group commit).
+    Returns the Setup, the order ids, the database connection, the gid and the COMMIT's refusal."""
     k = 4
-    s = Setup(broker_factory, postgres, env={"ESCROW_FAULTS": f"commit:{k}:enospc"})
+    s = Setup(broker_factory, postgres, env={"ESCROW_FAULTS": fault.format(k=k)})
     wait_until(lambda: admin_status(s.broker)["store"]["commits"] >= 1, "the start-up commit")
     ids = s.load(1)
     c = stomp_client(s.broker)
@@ -1134,7 +1134,14 @@ def test_store_refusing_the_decision_rolls_both_sides_back(broker_factory, postg
     assert commits == k - 1, f"{commits} commits before the COMMIT: the fault would not hit its batch"
     with pytest.raises(Refused) as refused:
         commit(c, tx)
-    message = refused.value.message
+    return s, ids, db, gid, tx, refused.value.message
+
+
+def test_store_refusing_the_decision_rolls_both_sides_back(broker_factory, postgres, stomp_client):  # noqa: F811
+    """ESCROW_FAULTS commit:K:enospc, K the commit that carries the decision with the transaction's
+    ack and send: COMMIT gets an ERROR, PostgreSQL's side is rolled back, nothing took effect,
+    and the order comes back (and then goes through)."""
+    s, ids, db, gid, tx, message = commit_under_fault(broker_factory, postgres, stomp_client, "commit:{k}:enospc")
     assert f"COMMIT of transaction '{tx}' refused" in message and "store" in message, message
     s.wait_prepared((), f"{gid} to be rolled back after the store refused the decision")
     assert s.rows() == []
@@ -1152,28 +1159,7 @@ def test_a_failed_sync_of_the_decision_leaves_both_sides_to_the_restart(broker_f
     back (the batch, decision included, may be replayed at restart): the COMMIT gets an ERROR
     saying the outcome is unknown, the gid stays prepared, and the restart decides both sides from
     the store. Here the log holds the batch, so both commit, exactly once."""
-    k = 4  # as in the test above: start-up, the order, the staged SEND, the COMMIT's batch
-    s = Setup(broker_factory, postgres, env={"ESCROW_FAULTS": f"sync:{k}:eio"})
-    wait_until(lambda: admin_status(s.broker)["store"]["commits"] >= 1, "the start-up commit")
-    ids = s.load(1)
-    c = stomp_client(s.broker)
-    m = s.take(c)
-    oid = m.headers["order-id"]
-    db = pg_connect(s.conninfo)
-    tx = unique("tx")
-    gid = begin(c, tx)
-    call(c.conn.ack, m.headers["ack"], transaction=tx)
-    rid = c.new_receipt()
-    call(c.conn.send, s.output, f"confirmed {oid}",
-         headers={"transaction": tx, "order-id": oid, "persistent": "true", "receipt": rid})
-    answer(c, rid)
-    s.insert(db, oid, "test")
-    prepare(db, gid)
-    commits = admin_status(s.broker)["store"]["commits"]
-    assert commits == k - 1, f"{commits} commits before the COMMIT: the fault would not hit its batch"
-    with pytest.raises(Refused) as refused:
-        commit(c, tx)
-    message = refused.value.message
+    s, ids, db, gid, tx, message = commit_under_fault(broker_factory, postgres, stomp_client, "sync:{k}:eio")
     assert "outcome unknown" in message and "restarts" in message, message
     db.close()
     # What is asserted is an absence: over five recovery passes, none rolls the gid back.
