@@ -22,6 +22,8 @@ struct admin_answer;
 bool print_json(const output_options& o, const admin_answer& a);
 
 void run_status(const settings& s, const output_options& o);
+// escrow config: the configuration in force, as the file writes it (secrets hidden).
+void run_config(const settings& s, const output_options& o);
 void run_connections(const settings& s, const output_options& o);
 void run_subscriptions(const settings& s, const output_options& o);
 // `owner` "": the one subscription with that client-id and name, whoever owns it.

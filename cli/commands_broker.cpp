@@ -1,12 +1,92 @@
-// escrow status, connections, subscriptions, subscription delete, backup.
+// escrow status, config, connections, subscriptions, subscription delete, backup.
+#include <fmt/format.h>
+
+#include <boost/json/serialize.hpp>
 #include <filesystem>
 #include <iostream>
+#include <ostream>
 
 #include "admin_call.h"
 #include "commands.h"
 #include "output.h"
 
 namespace escrow::cli {
+
+namespace {
+
+// One value of the config answer as the configuration file writes it (a JSON string is a TOML
+// basic string; a fraction keeps its point: 2.0, not 2).
+std::string toml_value(const boost::json::value& v) {
+  switch (v.kind()) {
+    case boost::json::kind::bool_: return v.get_bool() ? "true" : "false";
+    case boost::json::kind::int64: return std::to_string(v.get_int64());
+    case boost::json::kind::uint64: return std::to_string(v.get_uint64());
+    case boost::json::kind::double_: {
+      std::string number = fmt::format("{}", v.get_double());
+      if (number.find_first_of(".en") == std::string::npos) number += ".0";
+      return number;
+    }
+    case boost::json::kind::array: {
+      std::string items;
+      for (const auto& e : v.get_array()) items += (items.empty() ? "" : ", ") + toml_value(e);
+      return "[" + items + "]";
+    }
+    default: return boost::json::serialize(v);  // strings (and anything else, as JSON)
+  }
+}
+
+bool is_table_list(const boost::json::value& v) {
+  if (!v.is_array() || v.get_array().empty()) return false;
+  for (const auto& e : v.get_array())
+    if (!e.is_object()) return false;
+  return true;
+}
+
+// The file's lists of tables ([[NAME]]): TOML cannot write an empty one, so a comment says none.
+bool table_list_key(const std::string& key) {
+  return key == "address-settings" || key == "security-settings" || key == "tls-listener" ||
+         key == "websocket-listener" || key == "postgresql";
+}
+
+// The table `o` (named `name`, "" for the top level) as TOML: its keys, then its [tables] and
+// [[lists of tables]], in the answer's order.
+void print_toml(std::ostream& out, const boost::json::object& o, const std::string& name) {
+  for (const auto& kv : o) {
+    std::string key(kv.key());
+    const boost::json::value& v = kv.value();
+    if (v.is_object() || is_table_list(v) || (v.is_array() && v.get_array().empty() && table_list_key(key)))
+      continue;
+    if (v.is_null())
+      out << "# " << key << ": not set\n";
+    else
+      out << key << " = " << toml_value(v) << "\n";
+  }
+  for (const auto& kv : o) {
+    std::string key(kv.key());
+    std::string full = name.empty() ? key : name + "." + key;
+    const boost::json::value& v = kv.value();
+    if (v.is_object()) {
+      out << "\n[" << full << "]\n";
+      print_toml(out, v.get_object(), full);
+    } else if (is_table_list(v)) {
+      for (const auto& e : v.get_array()) {
+        out << "\n[[" << full << "]]\n";
+        print_toml(out, e.get_object(), full);
+      }
+    } else if (v.is_array() && v.get_array().empty() && table_list_key(key)) {
+      out << "\n# [[" << full << "]]: none\n";
+    }
+  }
+}
+
+std::string joined(const boost::json::array& items) {
+  std::string out;
+  for (const auto& i : items)
+    if (i.is_string()) out += (out.empty() ? "" : ", ") + std::string(i.as_string());
+  return out;
+}
+
+}  // namespace
 
 bool print_json(const output_options& o, const admin_answer& a) {
   if (o.json) std::cout << a.body << (a.body.ends_with('\n') ? "" : "\n");
@@ -40,6 +120,22 @@ void run_status(const settings& s, const output_options& o) {
   for (const auto& [state, n] : j.at("branches").as_object())
     if (n.to_number<std::uint64_t>() > 0) branches += (branches.empty() ? "" : ", ") + std::to_string(n.to_number<std::uint64_t>()) + " " + std::string(state);
   std::cout << "branches     " << (branches.empty() ? "none" : branches) << "\n";
+}
+
+void run_config(const settings& s, const output_options& o) {
+  admin_answer a = admin_call(s, "config");
+  if (print_json(o, a)) return;
+  const auto& j = a.json;
+  std::string file = text(j, "config_file");
+  std::string command_line = joined(array(j, "command_line_keys"));
+  std::string reloadable = joined(array(j, "reloadable"));
+  std::cout << "# the configuration escrowd runs with: every key, with its value in force (defaults included);\n"
+            << "# passwords in conninfo strings are shown as ***, the users, token and key files by their paths\n"
+            << "# file: " << (file.empty() ? "none (escrowd was started without --config)" : file) << "\n";
+  if (!command_line.empty()) std::cout << "# set on the command line, over the file: " << command_line << "\n";
+  if (!reloadable.empty()) std::cout << "# SIGHUP applies " << reloadable << "; the other keys take a restart\n";
+  std::cout << "\n";
+  print_toml(std::cout, j.at("config").as_object(), "");
 }
 
 void run_connections(const settings& s, const output_options& o) {

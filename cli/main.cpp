@@ -44,10 +44,13 @@ void add_connection_options(CLI::App& app, command_choices& c) {
   app.set_version_flag("--version", "escrow 0.1.0");
 }
 
-// status, queues, queue show, browse, purge, move.
+// status, config, queues, queue show, browse, purge, move.
 void add_queue_commands(CLI::App& app, command_choices& c) {
   on(app.add_subcommand("status", "version, uptime, listeners, store use, connections, totals, branches"), c,
      [&c](const settings& s) { run_status(s, c.out); });
+  on(app.add_subcommand("config", "the configuration escrowd runs with: every key and its value in force, as "
+                                  "the file writes it (passwords hidden)"),
+     c, [&c](const settings& s) { run_config(s, c.out); });
   on(app.add_subcommand("queues", "every queue and durable subscription: depth, in flight, consumers, counts, oldest message"),
      c, [&c](const settings& s) { run_queues(s, c.out); });
 

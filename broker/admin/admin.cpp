@@ -6,7 +6,8 @@
 //
 // This file: the entry point (after the core's receipt and permission checks, core/admin_core.cpp)
 // and the read-only views of queues, connections and subscriptions. admin_messages.cpp has browse,
-// purge and move; admin_xa.cpp the in-doubt branches; admin_backup.cpp the hot copy of the store.
+// purge and move; admin_xa.cpp the in-doubt branches; admin_backup.cpp the hot copy of the store;
+// admin_config.cpp the configuration in force.
 // All of it runs on the core strand, and sees the core through admin_core.h only.
 #include "escrow/broker/admin/admin.h"
 
@@ -304,11 +305,12 @@ void handle_admin_command(admin_core& core, std::uint64_t connection_id, const f
   if (command == "xa-commit" || command == "xa-rollback" || command == "xa-forget")
     return admin_xa_decide(core, connection_id, f, std::move(done));
   if (command == "backup") return admin_backup(core, f, std::move(done));
+  if (command == "config") return done(admin_config(core, f));
   done(admin_outcome{"invalid",
                      (command.empty() ? std::string("ADMIN frame has no admin-command header")
                                       : "unknown admin-command '" + command + "'") +
                          ": use status, queues, queue-show, browse, purge, move, connections, subscriptions, "
-                         "subscription-delete, xa-list, xa-commit, xa-rollback, xa-forget, coordinator or backup",
+                         "subscription-delete, xa-list, xa-commit, xa-rollback, xa-forget, coordinator, backup or config",
                      {}});
 }
 

@@ -1,12 +1,14 @@
 // Internal to broker/admin: the ADMIN commands, one per admin-command header value (admin.cpp
 // dispatches; admin_messages.cpp has browse, purge and move, admin_xa.cpp the in-doubt branches,
-// admin_backup.cpp the hot copy of the store), and what the paged lists share.
+// admin_backup.cpp the hot copy of the store, admin_config.cpp the configuration in force), and
+// what the paged lists share.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "escrow/broker/core/admin_core.h"
 
@@ -32,5 +34,15 @@ admin_outcome admin_coordinated(const admin_core& core, const frame& f);
 // xa-commit, xa-rollback, xa-forget
 void admin_xa_decide(admin_core& core, std::uint64_t connection_id, const frame& f, admin_done done);
 void admin_backup(admin_core& core, const frame& f, admin_done done);
+
+// config: the configuration in force as JSON, secrets hidden (admin_config.cpp).
+admin_outcome admin_config(const admin_core& core, const frame& f);
+// The body of that answer for `config` (tests/unit/broker/admin_config_test.cpp):
+// {"config_file":PATH or null,"command_line_keys":[...],"reloadable":[KEY...],"config":{...}}, the
+// last every key of the configuration file in its section, with its value in force.
+std::string config_answer(const broker_config& config);
+// A conninfo (libpq's KEY=VALUE form or a postgresql:// URI) as written, but each password
+// (password, sslpassword; a URI's user:PASSWORD@) as ***; "***" for one libpq cannot read.
+std::string hide_conninfo_password(std::string_view conninfo);
 
 }  // namespace escrow::broker

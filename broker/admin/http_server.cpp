@@ -19,6 +19,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/websocket/rfc6455.hpp>
 #include <array>
 #include <atomic>
 #include <limits>
@@ -27,7 +28,10 @@
 #include <utility>
 
 #include "escrow/broker/core/broker.h"
+#include "console_api.h"
+#include "console_sessions.h"
 #include "escrow/broker/admin/metrics_text.h"
+#include "escrow/broker/core/metrics.h"
 #include "escrow/common/descriptors.h"
 
 namespace escrow::broker {
@@ -106,7 +110,7 @@ void log_refusal(const std::string& peer, const std::string& why) {
 }
 
 asio::awaitable<response> answer(const http::request<http::string_body>& req, http_context& context,
-                                 const std::string& peer) {
+                                 const std::string& peer, const std::string& peer_ip, bool loopback) {
   constexpr std::string_view text = "text/plain; charset=utf-8";
   std::string_view target(req.target().data(), req.target().size());
   std::string_view path = target.substr(0, target.find('?'));
@@ -123,6 +127,11 @@ asio::awaitable<response> answer(const http::request<http::string_body>& req, ht
     co_return make_response(req, http::status::misdirected_request, text,
                             "misdirected request: Host '" + printable(host) +
                                 "' is not a name of this endpoint (an operator may add it to [http] allowed-hosts)\n");
+  }
+  // The console authenticates with its session cookie (console_api.h), not the bearer token.
+  if (context.console && is_console_path(path)) {
+    auto op = answer_console(req, context, peer_ip, loopback);  // named: see console_api.cpp's run_admin
+    co_return co_await std::move(op);
   }
   // /health stays open to a load balancer that cannot send a token: it says only ok or why not.
   if (!access->tokens.empty() && path != "/health") {
@@ -149,15 +158,15 @@ asio::awaitable<response> answer(const http::request<http::string_body>& req, ht
     res.set(http::field::allow, "GET, HEAD");
     co_return res;
   }
+  if (path == "/stomp" && context.upgrade)
+    co_return make_response(req, http::status::upgrade_required, text,
+                            "upgrade required: /stomp serves STOMP over WebSocket (RFC 6455, subprotocol v12.stomp)\n");
   if (path != "/metrics" && path != "/status" && path != "/health")
     co_return make_response(req, http::status::not_found, text,
                             "not found: this endpoint serves /metrics, /status and /health\n");
 
   metrics_snapshot s = co_await async_collect(context.core, asio::use_awaitable);
-  s.version = std::string(kVersion);
-  s.uptime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - context.started).count();
-  s.listeners = context.listeners;
-  s.listeners_up = context.listeners_up.load();
+  context.fill(s);
 
   if (path == "/metrics")
     co_return make_response(req, http::status::ok, "text/plain; version=0.0.4; charset=utf-8", write_prometheus(s));
@@ -214,6 +223,15 @@ asio::awaitable<void> refuse_unread(beast::tcp_stream& stream, const boost::syst
   }
 }
 
+// A WebSocket upgrade at /stomp with an allowed Host (the Origin is the session's to check).
+bool wants_stomp(const http::request<http::string_body>& req, http_context& context) {
+  std::string_view target(req.target().data(), req.target().size());
+  if (target.substr(0, target.find('?')) != "/stomp" || !context.upgrade || !beast::websocket::is_upgrade(req))
+    return false;
+  if (req.count(http::field::host) != 1) return false;
+  return host_allowed(*context.access(), std::string_view(req[http::field::host].data(), req[http::field::host].size()));
+}
+
 // One HTTP connection counted in http_context::open_connections while it lives.
 struct counted_connection {
   explicit counted_connection(http_context& c) : context(&c) { context->open_connections.fetch_add(1); }
@@ -232,6 +250,8 @@ asio::awaitable<void> serve(tcp::socket socket, http_context& context, counted_c
   auto remote = socket.remote_endpoint(peer_error);
   std::string peer =
       peer_error ? "an unknown peer" : remote.address().to_string() + ":" + std::to_string(remote.port());
+  std::string peer_ip = peer_error ? "unknown" : remote.address().to_string();
+  bool loopback = !peer_error && remote.address().is_loopback();
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer(kHeaderLimit + kBodyLimit);
   for (;;) {
@@ -256,7 +276,12 @@ asio::awaitable<void> serve(tcp::socket socket, http_context& context, counted_c
       break;
     }
     http::request<http::string_body> req = parser.release();
-    response res = co_await answer(req, context, peer);
+    if (wants_stomp(req, context)) {
+      // The session takes the connection over; this coroutine's part ends here.
+      context.upgrade(stream.release_socket(), stomp_upgrade{std::move(req), console_user_of(req, context)});
+      co_return;
+    }
+    response res = co_await answer(req, context, peer, peer_ip, loopback);
     bool keep_alive = res.keep_alive();
     stream.expires_after(kTimeout);
     auto [wec, written] = co_await http::async_write(stream, res, asio::as_tuple(asio::use_awaitable));
@@ -324,6 +349,25 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, http_context& context
 }
 
 }  // namespace
+
+void http_context::use_console(std::chrono::milliseconds session_timeout, std::size_t max_sessions, authenticator* auth,
+                               std::vector<std::string> origins) {
+  console = std::make_shared<console_sessions>(session_timeout, max_sessions);
+  console_auth = auth;
+  allowed_origins = std::move(origins);
+}
+
+void http_context::fill(metrics_snapshot& s) const {
+  s.version = std::string(kVersion);
+  s.uptime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  s.listeners = listeners;
+  s.listeners_up = listeners_up.load();
+  s.websocket_accepted = websocket.accepted.load();
+  s.websocket_open = static_cast<std::uint64_t>(std::max<std::int64_t>(0, websocket.open.load()));
+  s.websocket_events.clear();
+  for (std::size_t i = 0; i < kWebsocketEventNames.size(); ++i)
+    s.websocket_events.emplace_back(kWebsocketEventNames[i], websocket.events[i].load());
+}
 
 void start_http_server(tcp::acceptor& acceptor, http_context& context, const asio::any_io_executor& accepts) {
   asio::co_spawn(accepts, accept_loop(acceptor, context), asio::detached);

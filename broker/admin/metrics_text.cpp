@@ -76,6 +76,14 @@ void write_broker(std::string& out, const metrics_snapshot& s) {
   out += fmt::format("escrow_build_info{{version=\"{}\"}} 1\n", escape_label_value(s.version));
   single(out, "escrow_uptime_seconds", "gauge", "Seconds since escrowd started.", s.uptime_seconds);
   single(out, "escrow_connections", "gauge", "STOMP connections open now.", static_cast<double>(s.connections));
+  single(out, "escrow_websocket_connections_total", "counter",
+         "STOMP over WebSocket upgrades completed since start.", static_cast<double>(s.websocket_accepted));
+  single(out, "escrow_websocket_connections", "gauge", "STOMP over WebSocket connections open now.",
+         static_cast<double>(s.websocket_open));
+  out += "# HELP escrow_websocket_refused_total WebSocket upgrades refused and WebSocket connections closed for bad "
+         "input, by reason.\n# TYPE escrow_websocket_refused_total counter\n";
+  for (const auto& [reason, n] : s.websocket_events)
+    out += fmt::format("escrow_websocket_refused_total{{reason=\"{}\"}} {}\n", reason, n);
   single(out, "escrow_failed_logins_total", "counter",
          "CONNECT frames refused for their credentials (always 0 until users exist).",
          static_cast<double>(s.failed_logins));

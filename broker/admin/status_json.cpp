@@ -18,12 +18,15 @@ std::string write_status_json(const metrics_snapshot& s) {
                                   {"acknowledged", q.acknowledged}, {"expired", q.expired},
                                   {"dead_lettered", q.dead_lettered}, {"redelivered", q.redelivered},
                                   {"dropped", q.dropped}});
+  json::object ws_events;
+  for (const auto& [reason, n] : s.websocket_events) ws_events[reason] = n;
   return to_json(json::object{
              {"version", s.version},
              {"uptime_seconds", json_seconds(s.uptime_seconds)},
              {"listeners", json::array(s.listeners.begin(), s.listeners.end())},
              {"listeners_up", s.listeners_up},
              {"connections", s.connections},
+             {"websocket", {{"accepted", s.websocket_accepted}, {"open", s.websocket_open}, {"events", std::move(ws_events)}}},
              {"store", {{"writable", s.store.writable}, {"commits", s.store.commits}, {"batches", s.store.batches},
                         {"map_size_bytes", s.store.map_size_bytes}, {"map_used_bytes", s.store.map_used_bytes},
                         {"file_bytes", s.store.file_bytes}, {"log_bytes", s.store.log_bytes}, {"live_bytes", s.store.live_bytes},

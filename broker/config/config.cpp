@@ -316,6 +316,7 @@ toml_keys http_keys(const std::string& path, broker_config& config) {
   return {{"listen", [&config](const toml::node& n) -> std::string {
              auto text = n.value<std::string>();
              if (!n.is_string() || !text) return "must be a string \"HOST:PORT\" (\"\" turns HTTP off)";
+             config.http_listen_is_default = false;
              if (text->empty()) {
                config.http_listen.reset();
                return "";
@@ -325,6 +326,10 @@ toml_keys http_keys(const std::string& path, broker_config& config) {
              config.http_listen = *a;
              return "";
            }},
+          {"websocket", bool_field(config.http_websocket)},
+          {"allowed-origins", origins_field(config.http_allowed_origins, check_allowed_origin)},
+          {"session-timeout-ms", unsigned_field(config.http_session_timeout_ms, 1000, 7 * 86'400'000ULL)},
+          {"max-sessions", unsigned_field(config.http_max_sessions, 1, 1000000)},
           {"allowed-hosts", [&config](const toml::node& n) -> std::string {
              const toml::array* list = n.as_array();
              if (!list) return "must be an array of host names, e.g. [\"metrics.example.com\"]";
@@ -372,6 +377,7 @@ std::string apply_config(const toml::table& root, const std::string& path, broke
       {"address-settings", list_key(path, config.address_settings, load_address_settings)},
       {"security-settings", list_key(path, config.security_settings, load_security_settings)},
       {"tls-listener", list_key(path, config.tls_listeners, load_tls_listeners)},
+      {"websocket-listener", list_key(path, config.websocket_listeners, load_websocket_listeners)},
       {"storage", table_key(path, "storage", storage_keys(config))},
       {"limits", table_key(path, "limits", limits_keys(config))},
       {"security", table_key(path, "security", security_keys(config))},

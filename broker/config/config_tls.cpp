@@ -3,6 +3,7 @@
 #include "config_tls.h"
 
 #include "config_walk.h"
+#include "escrow/broker/security/http_access.h"
 
 namespace escrow::broker {
 namespace {
@@ -63,6 +64,36 @@ std::string load_tls_listeners(const std::string& path, const toml::node& node,
     for (const char* required : {"listen", "certificate-chain", "private-key"})
       if (!c.where.contains(required))
         return c.where[""] + " has no " + required + " key (a TLS listener needs listen, certificate-chain and private-key)";
+    listeners.push_back(std::move(c));
+    return std::string();
+  });
+  if (problem.empty()) out = std::move(listeners);
+  return problem;
+}
+
+std::string load_websocket_listeners(const std::string& path, const toml::node& node,
+                                     std::vector<websocket_listener_config>& out) {
+  std::vector<websocket_listener_config> listeners;
+  std::string problem = walk_list(path, node, "websocket-listener", [&](const toml::table& t, const std::string& name) {
+    websocket_listener_config c;
+    c.tls.where[""] = where(path, t, name);
+    toml_keys keys = tls_listener_keys(c.tls);
+    keys.emplace("allowed-origins", origins_field(c.allowed_origins, check_allowed_origin));
+    if (std::string err = walk_table(path, t, name, keys); !err.empty()) return err;
+    for (const auto& [key, value] : t) {
+      std::string k(key.str());
+      c.tls.where[k] = where(path, value, name + "." + k);
+    }
+    if (!c.tls.where.contains("listen")) return c.tls.where[""] + " has no listen key";
+    bool chain = c.tls.where.contains("certificate-chain"), key = c.tls.where.contains("private-key");
+    if (chain != key)
+      return c.tls.where[""] + " has " + (chain ? "certificate-chain without private-key" : "private-key without certificate-chain") +
+             " (a wss listener needs both; a ws listener neither)";
+    c.secure = chain;
+    if (!c.secure)
+      for (const char* k : {"client-ca", "min-version", "ciphers", "ciphersuites"})
+        if (c.tls.where.contains(k))
+          return c.tls.where[k] + ": a TLS setting on a listener without certificate-chain and private-key";
     listeners.push_back(std::move(c));
     return std::string();
   });

@@ -17,4 +17,9 @@ namespace escrow::broker {
 std::string load_tls_listeners(const std::string& path, const toml::node& node,
                                std::vector<tls_listener_config>& out);
 
+// The same for [[websocket-listener]]: `listen`, `allowed-origins`, and the TLS keys above, which
+// make it a wss listener (certificate-chain and private-key together, or neither).
+std::string load_websocket_listeners(const std::string& path, const toml::node& node,
+                                     std::vector<websocket_listener_config>& out);
+
 }  // namespace escrow::broker

@@ -46,6 +46,25 @@ inline toml_setter string_field(std::string& field) {
   };
 }
 
+// An array of allowed origins ([http] allowed-origins, a [[websocket-listener]]'s), each checked.
+inline toml_setter origins_field(std::vector<std::string>& field,
+                                 std::string (*check)(std::string_view)) {
+  return [&field, check](const toml::node& n) -> std::string {
+    const char* shape = "must be an array of origins, e.g. [\"https://app.example.com\"]";
+    const toml::array* list = n.as_array();
+    if (!list) return shape;
+    std::vector<std::string> out;
+    for (const auto& item : *list) {
+      auto s = item.value<std::string>();
+      if (!item.is_string() || !s) return shape;
+      if (std::string problem = check(*s); !problem.empty()) return problem;
+      out.push_back(*s);
+    }
+    field = std::move(out);
+    return "";
+  };
+}
+
 // Applies every key of `table`, named `name` in errors ("" for a file's top level), through `keys`.
 // A key not among them: "FILE:LINE: NAME.KEY: unknown key", then ` hint` if one is given.
 inline std::string walk_table(const std::string& path, const toml::table& table, const std::string& name,

@@ -29,6 +29,14 @@ bool same_tls_listeners(const C& a, const C& b) {
   };
   return std::ranges::equal(a.tls_listeners, b.tls_listeners, {}, files_and_form, files_and_form);
 }
+bool same_websocket_listeners(const C& a, const C& b) {
+  auto form = [](const websocket_listener_config& x) {
+    const auto& t = x.tls;
+    return std::tie(t.listen, t.certificate_chain, t.private_key, t.client_ca, t.min_version, t.ciphers,
+                    t.ciphersuites, x.allowed_origins);
+  };
+  return std::ranges::equal(a.websocket_listeners, b.websocket_listeners, {}, form, form);
+}
 // Address and security settings are applied, and logged, at every SIGHUP.
 bool never_same(const C&, const C&) { return false; }
 
@@ -113,6 +121,11 @@ const config_key kConfigKeys[] = {
     {"coordinator.recovery-interval-ms", same<&C::coordinator_recovery_interval_ms>},
     {"http.listen", same<&C::http_listen>},
     {"http.max-connections", same<&C::http_max_connections>},
+    {"http.websocket", same<&C::http_websocket>},
+    {"http.allowed-origins", same<&C::http_allowed_origins>},
+    {"http.session-timeout-ms", same<&C::http_session_timeout_ms>},
+    {"http.max-sessions", same<&C::http_max_sessions>},
+    {"websocket-listener", same_websocket_listeners},
     {"heartbeat", same_heartbeat},
     {"tls-listener", same_tls_listeners},
     {"delivery.message-expiry-scan-period", same<&C::message_expiry_scan_period_ms>,

@@ -266,18 +266,19 @@ std::unique_ptr<admin_core> broker::impl::make_admin_view() { return std::make_u
 
 void broker::use_admin(admin_handler h) { impl_->admin = std::move(h); }
 
+// Permissions (docs/security.md), before anything is looked up: browsing a queue needs browse on
+// its address (or admin); every other command admin on the broker. False after the ERROR.
+bool broker::impl::admin_permitted(connection& c, const frame& f) {
+  if (f.get("admin-command") == "browse") return may_browse(c, f);
+  return permitted_globally(c, permission::admin, &f);
+}
+
 void broker::impl::handle_admin(const connection_ptr& c, const frame& f) {
   const std::string* receipt_id = f.find("receipt");
   if (!receipt_id)
     return error(*c, "ADMIN frame has no receipt header: its answer comes back in a RECEIPT", &f);
   std::string command(f.get("admin-command"));
-  // Permissions (docs/security.md), before anything is looked up: browsing a queue needs browse on
-  // its address (or admin); every other command admin on the broker.
-  if (command == "browse") {
-    if (!may_browse(*c, f)) return;
-  } else if (!permitted_globally(*c, permission::admin, &f)) {
-    return;
-  }
+  if (!admin_permitted(*c, f)) return;
   admin_done done = [this, c, id = *receipt_id, command](admin_outcome o) {
     // The message may hold what the client sent (a path, a queue's name): escaped for the log.
     if (o.status != "ok")
@@ -294,6 +295,55 @@ void broker::impl::handle_admin(const connection_ptr& c, const frame& f) {
   spdlog::debug("connection {}: admin {}", c->id, loggable(command));
   if (!admin) return done({"invalid", "this broker answers no ADMIN frames", {}});
   admin(*admin_view, c->id, f, std::move(done));
+}
+
+namespace {
+
+// Where an ADMIN command asked over HTTP writes: nowhere but a denial, whose ERROR frame it reads.
+class http_admin_outbound final : public outbound {
+ public:
+  explicit http_admin_outbound(std::function<void(std::string)> denied) : denied_(std::move(denied)) {}
+  void send(std::string) override {}
+  void send_and_close(std::string bytes) override {
+    frame_parser parser;
+    std::vector<frame> frames;
+    parser.feed(bytes, frames);
+    if (denied_) std::exchange(denied_, nullptr)(frames.empty() ? "permission denied" : std::string(frames[0].get("message")));
+  }
+  std::size_t pending_bytes() const override { return 0; }
+
+ private:
+  std::function<void(std::string)> denied_;
+};
+
+}  // namespace
+
+void broker::run_admin(std::string user, std::vector<std::string> roles, frame f,
+                       std::function<void(http_admin_answer)> done) {
+  std::uint64_t id = new_connection_id();
+  impl_->post([m = impl_.get(), id, user = std::move(user), roles = std::move(roles), f = std::move(f),
+               done = std::move(done)]() mutable {
+    // A connection of its own, known to nobody else: the permission checks and the handlers see a
+    // user as they would on a STOMP connection; it is never registered, so nothing is delivered to it.
+    auto c = std::make_shared<connection>();
+    c->id = id;
+    c->info.user = std::move(user);
+    c->info.roles = std::move(roles);
+    c->info.peer = "the web console";
+    c->out = std::make_shared<http_admin_outbound>([done](std::string message) { done({true, std::move(message), {}}); });
+    std::string command(f.get("admin-command"));
+    if (!m->admin_permitted(*c, f)) return;
+    spdlog::debug("console ({}): admin {}", c->info.user.empty() ? "anonymous" : loggable(c->info.user), loggable(command));
+    admin_done answer = [done, c, command](admin_outcome o) {
+      if (o.status != "ok")
+        spdlog::info("console ({}): admin {}: {}: {}", c->info.user.empty() ? "anonymous" : loggable(c->info.user),
+                     loggable(command), o.status, loggable(o.message));
+      done({false, {}, std::move(o)});
+    };
+    if (!m->admin) return answer({"invalid", "this broker answers no ADMIN frames", {}});
+    m->admin(*m->admin_view, c->id, f, std::move(answer));
+    m->flush();  // what the command made other connections' (an XA commit's deliveries)
+  });
 }
 
 // Browsing a queue needs browse on its address. A durable subscription's messages are its

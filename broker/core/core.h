@@ -203,6 +203,7 @@ struct broker::impl {
   // receipt header and the permissions and hands the frame to `admin` (broker/admin, installed
   // by broker::use_admin) with `admin_view`, the core as admin_core.h lets it be seen.
   void handle_admin(const connection_ptr& c, const frame& f);
+  bool admin_permitted(connection& c, const frame& f);
   admin_handler admin;
   class core_admin;  // admin_core.cpp
   std::unique_ptr<admin_core> admin_view;

@@ -172,12 +172,41 @@ asio::awaitable<void> pause_for_descriptors(tcp::acceptor& acceptor, spare_descr
   co_await pause.async_wait(asio::as_tuple(asio::use_awaitable));
 }
 
-// Accepts connections for one listener; `tls` is its context, nullptr for a plain listener.
+// What a listener speaks, and for WebSocket what its upgrades must satisfy.
+struct listener_kind {
+  asio::ssl::context* tls = nullptr;  // TLS (tls, wss); nullptr: plain
+  bool websocket = false;
+  const std::vector<std::string>* allowed_origins = nullptr;  // WebSocket
+  websocket_counters* counters = nullptr;                     // WebSocket
+};
+
+// A raw HTTP answer that closes the connection, for a WebSocket client refused at accept.
+std::string http_refusal(std::string_view message) {
+  return fmt::format("HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nRetry-After: 1\r\n"
+                     "Connection: close\r\nContent-Length: {}\r\n\r\n{}\n",
+                     message.size() + 1, message);
+}
+
+// Makes and starts the session of an admitted connection.
+template <typename Session, typename Stream>
+void start_session(Stream stream, broker& core, const broker_config& config, session_registry& registry,
+                   prelogin_slot slot, std::optional<websocket_options> ws) {
+  auto s = std::make_shared<Session>(std::move(stream), core, config);
+  s->hold(std::move(slot));
+  if (ws) s->use_websocket(std::move(*ws));
+  registry.add(s);
+  s->start();
+}
+
+// Accepts connections for one listener of kind `kind`.
 asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, broker& core, const broker_config& config,
-                                  session_registry& registry, prelogin_counts& prelogin, asio::ssl::context* tls) {
+                                  session_registry& registry, prelogin_counts& prelogin, listener_kind kind) {
   spare_descriptor spare;
+  asio::ssl::context* tls = kind.tls;
   const std::string farewell =
-      tls ? "" : refusal_frame("the broker is out of file descriptors; try again later", "try again later\n");
+      tls ? ""
+      : kind.websocket ? http_refusal("the broker is out of file descriptors; try again later")
+                       : refusal_frame("the broker is out of file descriptors; try again later", "try again later\n");
   for (;;) {
     auto [ec, socket] = co_await acceptor.async_accept(asio::make_strand(acceptor.get_executor()),
                                                        asio::as_tuple(asio::use_awaitable));
@@ -200,21 +229,58 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, broker& core, const b
     }
     prelogin_slot slot;
     if (std::string refusal = admit(peer, config, registry, prelogin, slot); !refusal.empty()) {
+      if (kind.websocket) {
+        if (kind.counters) kind.counters->count(websocket_event::refused_limits);
+        if (!tls) {
+          std::string bytes = http_refusal(refusal);
+          boost::system::error_code ignored;
+          socket.non_blocking(true, ignored);
+          socket.write_some(asio::buffer(bytes), ignored);
+        }
+        boost::system::error_code ignored;
+        socket.close(ignored);
+        continue;
+      }
       refuse(socket, tls != nullptr, refusal, "the broker refused this connection; try again later\n");
       continue;
     }
-    if (tls) {
-      auto s = std::make_shared<tls_session>(tls_stream(std::move(socket), *tls), core, config);
-      s->hold(std::move(slot));
-      registry.add(s);
-      s->start();
-    } else {
-      auto s = std::make_shared<plain_session>(std::move(socket), core, config);
-      s->hold(std::move(slot));
-      registry.add(s);
-      s->start();
-    }
+    std::optional<websocket_options> ws;
+    if (kind.websocket) ws = websocket_options{{}, {}, *kind.allowed_origins, kind.counters, 0};
+    if (kind.websocket && tls)
+      start_session<wss_session>(wss_stream(std::move(socket), *tls), core, config, registry, std::move(slot),
+                                 std::move(ws));
+    else if (kind.websocket)
+      start_session<ws_session>(ws_stream(std::move(socket)), core, config, registry, std::move(slot), std::move(ws));
+    else if (tls)
+      start_session<tls_session>(tls_stream(std::move(socket), *tls), core, config, registry, std::move(slot), {});
+    else
+      start_session<plain_session>(std::move(socket), core, config, registry, std::move(slot), {});
   }
+}
+
+// /stomp of the HTTP listener: the HTTP endpoint hands over a connection that asked for STOMP over
+// WebSocket, with the request it read; the connection limits apply as at a STOMP listener's accept.
+void serve_stomp_upgrades(http_context& http, broker& core, const broker_config& config, session_registry& registry,
+                          prelogin_counts& prelogin) {
+  if (!config.http_websocket) return;
+  http.upgrade = [&http, &core, &config, &registry, &prelogin](tcp::socket socket, stomp_upgrade upgrade) {
+    boost::system::error_code peer_error;
+    auto peer = socket.remote_endpoint(peer_error);
+    if (peer_error) return;
+    prelogin_slot slot;
+    if (std::string refusal = admit(peer, config, registry, prelogin, slot); !refusal.empty()) {
+      http.websocket.count(websocket_event::refused_limits);
+      std::string bytes = http_refusal(refusal);
+      boost::system::error_code ignored;
+      socket.non_blocking(true, ignored);
+      socket.write_some(asio::buffer(bytes), ignored);
+      socket.close(ignored);
+      return;
+    }
+    websocket_options ws{std::move(upgrade.request), std::move(upgrade.user), config.http_allowed_origins,
+                         &http.websocket, 0};
+    start_session<ws_session>(ws_stream(std::move(socket)), core, config, registry, std::move(slot), std::move(ws));
+  };
 }
 
 // Binds and listens on `address`; nullptr after logging why not.
@@ -258,13 +324,37 @@ void warn_if_data_dir_open(const std::string& dir) {
                dir, who, st.st_mode & 07777, writable ? " and change or remove the store" : "", dir);
 }
 
+// The embedded default's HTTP listener, or nullptr after a warning when it cannot be bound.
+std::unique_ptr<tcp::acceptor> open_default_http_acceptor(asio::io_context& io, const listen_address& address) {
+  boost::system::error_code ec;
+  auto acceptor = std::make_unique<tcp::acceptor>(io);
+  tcp::endpoint endpoint(asio::ip::make_address(address.host, ec), address.port);
+  if (!ec) acceptor->open(endpoint.protocol(), ec);
+  if (!ec) acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor->bind(endpoint, ec);
+  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (!ec) return acceptor;
+  spdlog::warn("http: cannot listen on {}:{} (the default of [http] listen): {}; running without the web console, "
+               "/metrics and STOMP over WebSocket. Set [http] listen to another port (or \"\" to turn HTTP off)",
+               address.host, address.port, ec.message());
+  return nullptr;
+}
+
 // [http] listen: the monitoring endpoint, its acceptor closed with the others at a stop signal.
 bool start_http(asio::io_context& io, const asio::any_io_executor& accepts, const broker_config& config,
                 http_context& http, std::vector<token_digest> tokens,
                 std::vector<std::unique_ptr<tcp::acceptor>>& acceptors) {
   if (!config.http_listen) return true;
-  auto acceptor = open_acceptor(io, *config.http_listen);
-  if (!acceptor) return false;
+  std::unique_ptr<tcp::acceptor> acceptor;
+  if (config.http_listen_is_default) {
+    // The embedded default (the console on 127.0.0.1:8161): a port already taken, by another
+    // escrowd or anything else, costs the console, not the broker.
+    acceptor = open_default_http_acceptor(io, *config.http_listen);
+    if (!acceptor) return true;
+  } else {
+    acceptor = open_acceptor(io, *config.http_listen);
+    if (!acceptor) return false;
+  }
   auto bound = acceptor->local_endpoint();
   spdlog::info("http listening on {}:{}", bound.address().to_string(), bound.port());
   bool token = !tokens.empty();
@@ -283,6 +373,12 @@ bool start_http(asio::io_context& io, const asio::any_io_executor& accepts, cons
     spdlog::warn("http: allowed-hosts holds \"*\": the Host header is not checked, so a web page whose name "
                  "points here (DNS rebinding) can read /metrics and /status; set [http] token-file too");
   http.set_access(std::move(access));
+  http.use_console(std::chrono::milliseconds(config.http_session_timeout_ms), config.http_max_sessions,
+                   http.core.authentication(), config.http_allowed_origins);
+  std::string host = bound.address().is_v6() ? "[" + bound.address().to_string() + "]" : bound.address().to_string();
+  spdlog::info("web console at http://{}:{}/{}", host, bound.port(),
+               http.console_auth ? "" : " (no users file: loopback clients only, no login)");
+  if (config.http_websocket) spdlog::info("STOMP over WebSocket at ws://{}:{}/stomp", host, bound.port());
   start_http_server(*acceptor, http, accepts);
   acceptors.push_back(std::move(acceptor));
   return true;
@@ -302,6 +398,7 @@ bool listeners_allowed(const broker_config& config) {
   if (!config.users_file.empty()) return true;
   std::vector<listen_address> all = config.listen;
   for (const auto& t : config.tls_listeners) all.push_back(t.listen);
+  for (const auto& w : config.websocket_listeners) all.push_back(w.tls.listen);
   for (const auto& a : all) {
     boost::system::error_code ec;
     auto ip = asio::ip::make_address(a.host, ec);
@@ -332,8 +429,14 @@ bool load_users(const broker_config& config, std::shared_ptr<const users_table>&
 
 // One TLS context per [[tls-listener]], loaded before anything else so that a wrong path is
 // reported at once. False (logged) when one cannot be made.
+// Then one per wss [[websocket-listener]], in their order, after them.
 bool load_tls_contexts(const broker_config& config, std::vector<std::unique_ptr<asio::ssl::context>>& out) {
-  for (const auto& listener : config.tls_listeners) {
+  std::vector<const tls_listener_config*> all;
+  for (const auto& listener : config.tls_listeners) all.push_back(&listener);
+  for (const auto& w : config.websocket_listeners)
+    if (w.secure) all.push_back(&w.tls);
+  for (const tls_listener_config* l : all) {
+    const auto& listener = *l;
     std::string error;
     auto context = make_server_tls_context(listener, &error);
     if (!context) {
@@ -414,9 +517,24 @@ bool start_listeners(asio::io_context& io, const asio::any_io_executor& accepts,
     std::string where = bound.address().to_string() + ":" + std::to_string(bound.port());
     // Tests and scripts read this line to learn the port when 0 was asked for.
     spdlog::info("listening on {}{}", where, tls ? " (tls)" : "");
-    asio::co_spawn(accepts, accept_loop(*acceptor, core, config, registry, prelogin, context), asio::detached);
+    asio::co_spawn(accepts, accept_loop(*acceptor, core, config, registry, prelogin, listener_kind{context}),
+                   asio::detached);
     acceptors.push_back(std::move(acceptor));
     http.listeners.push_back(tls ? where + " (tls)" : where);
+  }
+  std::size_t next_context = config.tls_listeners.size();
+  for (const auto& w : config.websocket_listeners) {
+    auto acceptor = open_acceptor(io, w.tls.listen);
+    if (!acceptor) return false;
+    auto bound = acceptor->local_endpoint();
+    std::string where = bound.address().to_string() + ":" + std::to_string(bound.port());
+    const char* what = w.secure ? " (wss)" : " (ws)";
+    spdlog::info("websocket listening on {}{}", where, w.secure ? " (wss)" : "");
+    listener_kind kind{w.secure ? tls_contexts[next_context++].get() : nullptr, true, &w.allowed_origins,
+                       &http.websocket};
+    asio::co_spawn(accepts, accept_loop(*acceptor, core, config, registry, prelogin, kind), asio::detached);
+    acceptors.push_back(std::move(acceptor));
+    http.listeners.push_back(where + what);
   }
   core.set_listeners(http.listeners);  // for `escrow status`
   return true;
@@ -525,6 +643,7 @@ int run_server(const broker_config& config) {
   on_stop_signal(signals, accepts, io, core, http, registry, acceptors);
   asio::signal_set hangups(io, SIGHUP);
   on_hangup(hangups, config, core, http);
+  serve_stomp_upgrades(http, core, config, registry, prelogin);
   if (!start_listeners(io, accepts, config, core, registry, prelogin, tls_contexts, http, acceptors) ||
       !start_http(io, accepts, config, http, std::move(http_tokens), acceptors))
     return kCannotStart;

@@ -78,6 +78,23 @@ void log_first_byte_timeout(std::uint64_t id, const std::string& peer, std::uint
                   "closed", id, peer, ms);
 }
 
+// Why a WebSocket connection stopped being read, counted when it was bad input: a message over
+// the limit (Beast has closed it with 1009) or a broken WebSocket frame.
+void note_websocket_end(websocket_counters* counters, std::uint64_t id, const std::string& peer,
+                        const boost::system::error_code& ec) {
+  namespace websocket = boost::beast::websocket;
+  if (!ec || ec == websocket::error::closed || ec == asio::error::eof || ec == asio::error::operation_aborted ||
+      ec == asio::error::connection_reset || ec == asio::error::bad_descriptor)
+    return;
+  bool too_big = ec == websocket::error::message_too_big || ec == websocket::error::buffer_overflow;
+  if (!too_big && ec.category() != boost::beast::websocket::make_error_code(websocket::error::closed).category())
+    return;
+  if (counters) counters->count(too_big ? websocket_event::closed_too_big : websocket_event::closed_protocol);
+  spdlog::info("connection {} ({}): {}; closed", id, peer,
+               too_big ? "a WebSocket message over the limit (limits.max-frame-size plus 64 KiB)"
+                       : "a WebSocket protocol error: " + ec.message());
+}
+
 }  // namespace
 
 template <typename Stream>
@@ -86,16 +103,16 @@ basic_session<Stream>::basic_session(Stream stream, broker& core, const broker_c
       parser_(config.frames), wake_writer_(stream_.get_executor()), watchdog_timer_(stream_.get_executor()),
       handshake_done_(!kTls) {
   boost::system::error_code ec;
-  auto ep = stream_.lowest_layer().remote_endpoint(ec);
+  auto ep = socket().remote_endpoint(ec);
   peer_ip_ = ec ? "unknown" : ep.address().to_string();
   peer_ = ec ? "unknown" : peer_ip_ + ":" + std::to_string(ep.port());
-  stream_.lowest_layer().set_option(asio::ip::tcp::no_delay(true), ec);
+  socket().set_option(asio::ip::tcp::no_delay(true), ec);
 }
 
 template <typename Stream>
 void basic_session<Stream>::start() {
-  spdlog::debug("connection {} from {}{}", id_, peer_, kTls ? " (tls)" : "");
-  if constexpr (kTls) {
+  spdlog::debug("connection {} from {}{}", id_, peer_, kWs ? (kTls ? " (wss)" : " (websocket)") : kTls ? " (tls)" : "");
+  if constexpr (kTls || kWs) {
     asio::co_spawn(stream_.get_executor(), [self = shared_from_this()]() { return self->handshake(); }, asio::detached);
   } else {
     run();
@@ -111,19 +128,43 @@ void basic_session<Stream>::run() {
   asio::co_spawn(stream_.get_executor(), [self]() { return self->watchdog(); }, asio::detached);
 }
 
+// The handshakes before STOMP: TLS (tls, wss), then the WebSocket upgrade (ws, wss); each closes
+// the connection when it fails. Then the three coroutines start.
+template <typename Stream>
+asio::awaitable<void> basic_session<Stream>::handshake() {
+  // Each step's awaitable named: g++ 12 miscompiled a co_await in an if's condition (SIGILL).
+  bool ok = true;
+  if constexpr (kTls) {
+    auto tls = tls_handshake();
+    ok = co_await std::move(tls);
+  }
+  if constexpr (kWs) {
+    if (ok) {
+      auto ws = websocket_handshake();
+      ok = co_await std::move(ws);
+    }
+  }
+  if (ok) run();
+  co_return;
+}
+
 // The TLS handshake, bounded by connect-timeout-ms: the timer closes the socket, which ends the
 // handshake with an error. Nothing is read or written as STOMP before it succeeds.
 template <typename Stream>
-asio::awaitable<void> basic_session<Stream>::handshake() {
+asio::awaitable<bool> basic_session<Stream>::tls_handshake() {
   if constexpr (kTls) {
-    if (!co_await first_byte()) co_return;
+    tls_stream& tls = [this]() -> tls_stream& {
+      if constexpr (kWs) return stream_.next_layer();
+      else return stream_;
+    }();
+    if (!co_await first_byte()) co_return false;
     watchdog_timer_.expires_at(started_ + std::chrono::milliseconds(config_.connect_timeout_ms));
     watchdog_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (ec || self->handshake_done_) return;
       self->handshake_timed_out_ = true;
       self->close_socket();
     });
-    auto [ec] = co_await stream_.async_handshake(asio::ssl::stream_base::server, kNoThrow);
+    auto [ec] = co_await tls.async_handshake(asio::ssl::stream_base::server, kNoThrow);
     handshake_done_ = true;
     watchdog_timer_.cancel();
     if (ec || closing_) {
@@ -132,15 +173,180 @@ asio::awaitable<void> basic_session<Stream>::handshake() {
                      id_, peer_, config_.connect_timeout_ms);
       else if (!closing_)
         spdlog::info("connection {} from {}: TLS handshake failed: {}; closed", id_, peer_,
-                     handshake_failure_reason(stream_, ec));
+                     handshake_failure_reason(tls, ec));
+      if (handshake_timed_out_ && ws_.counters) ws_.counters->count(websocket_event::refused_timeout);
       close_socket();
-      co_return;
+      co_return false;
     }
-    peer_subject_ = peer_certificate_subject(stream_);
+    peer_subject_ = peer_certificate_subject(tls);
     spdlog::debug("connection {} from {}: TLS handshake done ({}, {}){}", id_, peer_,
-                  SSL_get_version(stream_.native_handle()), SSL_get_cipher_name(stream_.native_handle()),
+                  SSL_get_version(tls.native_handle()), SSL_get_cipher_name(tls.native_handle()),
                   peer_subject_.empty() ? "" : ", client certificate " + peer_subject_);
-    run();
+  }
+  co_return true;
+}
+
+// The WebSocket upgrade: read it (unless the HTTP endpoint did), check it, accept it; all within
+// connect-timeout-ms of the connection's start. A refusal is an HTTP answer naming the problem.
+template <typename Stream>
+asio::awaitable<bool> basic_session<Stream>::websocket_handshake() {
+  if constexpr (kWs) {
+    namespace beast = boost::beast;
+    namespace http = beast::http;
+    namespace websocket = beast::websocket;
+    if constexpr (!kTls) {
+      if (!ws_.request) {
+        auto waiting = first_byte();  // named: see handshake()
+        if (bool spoke = co_await std::move(waiting); !spoke) co_return false;
+      }
+    }
+    handshake_timed_out_ = false;
+    watchdog_timer_.expires_at(started_ + std::chrono::milliseconds(config_.connect_timeout_ms));
+    watchdog_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec || self->ws_open_) return;
+      self->handshake_timed_out_ = true;
+      self->close_socket();
+    });
+    auto timed_out = [this] {
+      spdlog::info("connection {} from {}: WebSocket handshake not finished within {} ms (connect-timeout-ms); closed",
+                   id_, peer_, config_.connect_timeout_ms);
+      if (ws_.counters) ws_.counters->count(websocket_event::refused_timeout);
+      close_socket();
+    };
+    if (!ws_.request) {
+      beast::flat_buffer buffer;
+      http::request_parser<http::string_body> parser;
+      parser.header_limit(8 * 1024);
+      parser.body_limit(0);
+      auto [ec, n] = co_await http::async_read(stream_.next_layer(), buffer, parser, kNoThrow);
+      if (ec) {
+        if (handshake_timed_out_) {
+          timed_out();
+        } else if (ec == http::error::end_of_stream || closing_) {
+          close_socket();
+        } else {
+          refuse(400, "bad request: not an HTTP/1.1 WebSocket upgrade (" + ec.message() + ")",
+                                  websocket_event::refused_handshake);
+          co_await send_refusal();
+        }
+        co_return false;
+      }
+      ws_.request = parser.release();
+    }
+    upgrade_request& req = *ws_.request;
+    if (!websocket::is_upgrade(req)) {
+      refuse(400, "bad request: this port serves STOMP over WebSocket: send a WebSocket upgrade "
+                                   "(GET with Upgrade: websocket, Connection: Upgrade, Sec-WebSocket-Key and "
+                                   "Sec-WebSocket-Version: 13)",
+                              websocket_event::refused_handshake);
+      co_await send_refusal();
+      co_return false;
+    }
+    std::optional<std::string_view> origin;
+    if (auto it = req.find(http::field::origin); it != req.end()) origin = std::string_view(it->value().data(), it->value().size());
+    std::string_view host(req[http::field::host].data(), req[http::field::host].size());
+    if (!origin_allowed(origin, host, ws_.allowed_origins)) {
+      refuse(403, "forbidden: the origin '" + loggable(*origin) +
+                                       "' may not open STOMP connections here (an operator may add it to "
+                                       "allowed-origins)",
+                              websocket_event::refused_origin);
+      co_await send_refusal();
+      co_return false;
+    }
+    boost::system::error_code peer_error;
+    auto remote = socket().remote_endpoint(peer_error);
+    if (!core_.authentication() && (peer_error || !remote.address().is_loopback())) {
+      refuse(403, "forbidden: without a users file escrowd serves only loopback clients",
+                              websocket_event::refused_anonymous);
+      co_await send_refusal();
+      co_return false;
+    }
+    std::optional<std::string_view> offered;
+    if (auto it = req.find(http::field::sec_websocket_protocol); it != req.end())
+      offered = std::string_view(it->value().data(), it->value().size());
+    auto protocol = choose_subprotocol(offered);
+    if (!protocol) {
+      refuse(400, "bad request: no STOMP subprotocol offered (Sec-WebSocket-Protocol: v12.stomp, "
+                                   "v11.stomp or v10.stomp)",
+                              websocket_event::refused_handshake);
+      co_await send_refusal();
+      co_return false;
+    }
+    stream_.set_option(websocket::stream_base::decorator([protocol = *protocol](websocket::response_type& res) {
+      res.set(http::field::server, "escrowd");
+      if (!protocol.empty()) res.set(http::field::sec_websocket_protocol, protocol);
+    }));
+    // The close handshake is bounded like the opening one; silence is the watchdog's (heart-beats).
+    websocket::stream_base::timeout timeouts{std::chrono::milliseconds(config_.connect_timeout_ms),
+                                             websocket::stream_base::none(), false};
+    stream_.set_option(timeouts);
+    stream_.read_message_max(ws_.max_message_bytes ? ws_.max_message_bytes
+                                                   : config_.frames.max_frame_size + 64 * 1024);
+    auto [ec] = co_await stream_.async_accept(req, kNoThrow);
+    ws_.request.reset();
+    if (ec || closing_ || handshake_timed_out_) {
+      if (handshake_timed_out_) {
+        timed_out();
+      } else {
+        spdlog::info("connection {} from {}: WebSocket handshake failed: {}; closed", id_, peer_, ec.message());
+        if (ws_.counters && !closing_) ws_.counters->count(websocket_event::refused_handshake);
+        close_socket();
+      }
+      co_return false;
+    }
+    ws_open_ = true;
+    watchdog_timer_.cancel();
+    if (ws_.counters) {
+      ws_.counters->accepted.fetch_add(1, std::memory_order_relaxed);
+      ws_.counters->open.fetch_add(1, std::memory_order_relaxed);
+    }
+    spdlog::debug("connection {} from {}: WebSocket open (subprotocol '{}')", id_, peer_, *protocol);
+  }
+  co_return true;
+}
+
+// Answers an upgrade that may not proceed with an HTTP status and why, then closes.
+template <typename Stream>
+void basic_session<Stream>::refuse(unsigned status, std::string why, websocket_event event) {
+  refusal_status_ = status;
+  refusal_ = std::move(why);
+  refusal_event_ = event;
+}
+
+template <typename Stream>
+asio::awaitable<void> basic_session<Stream>::send_refusal() {
+  if constexpr (kWs) {
+    unsigned status = refusal_status_;
+    const std::string& why = refusal_;
+    websocket_event event = refusal_event_;
+    namespace http = boost::beast::http;
+    static log_throttle throttle(std::chrono::seconds(10));
+    if (std::uint64_t held_back = 0; throttle.due(held_back))
+      spdlog::info("connection {} from {}: WebSocket upgrade refused ({}): {} ({} more refusals since the last such "
+                   "line; every one at debug level)", id_, peer_, status, why, held_back);
+    else
+      spdlog::debug("connection {} from {}: WebSocket upgrade refused ({}): {}", id_, peer_, status, why);
+    if (ws_.counters) ws_.counters->count(event);
+    http::response<http::string_body> res{static_cast<http::status>(status), 11};
+    res.set(http::field::server, "escrowd");
+    res.set(http::field::content_type, "text/plain; charset=utf-8");
+    res.set(http::field::connection, "close");
+    res.body() = why + "\n";
+    res.prepare_payload();
+    watchdog_timer_.expires_after(std::chrono::seconds(1));  // a peer that does not read is not waited for
+    auto [ec, n] = co_await http::async_write(stream_.next_layer(), res, kNoThrow);
+    close_socket();
+  }
+  co_return;
+}
+
+// The end of a WebSocket connection: a close frame with the code of why (1000, or 1008 after an
+// ERROR), bounded by connect-timeout-ms. A connection the peer closed, or that failed, has none.
+template <typename Stream>
+asio::awaitable<void> basic_session<Stream>::websocket_close() {
+  if constexpr (kWs) {
+    if (!ws_open_ || !stream_.is_open()) co_return;
+    auto [ec] = co_await stream_.async_close(ws_close_code_, kNoThrow);
   }
   co_return;
 }
@@ -156,7 +362,7 @@ asio::awaitable<bool> basic_session<Stream>::first_byte() {
     self->handshake_timed_out_ = true;
     self->close_socket();
   });
-  auto [ec] = co_await stream_.lowest_layer().async_wait(asio::ip::tcp::socket::wait_read, kNoThrow);
+  auto [ec] = co_await socket().async_wait(asio::ip::tcp::socket::wait_read, kNoThrow);
   bool timed_out = handshake_timed_out_;
   received_any_ = !ec && !timed_out && !closing_;
   watchdog_timer_.cancel();
@@ -165,8 +371,9 @@ asio::awaitable<bool> basic_session<Stream>::first_byte() {
   if (timed_out && limit < config_.connect_timeout_ms)
     log_first_byte_timeout(id_, peer_, limit);
   else if (timed_out)
-    spdlog::info("connection {} from {}: TLS handshake not finished within {} ms (connect-timeout-ms); closed", id_,
-                 peer_, config_.connect_timeout_ms);
+    spdlog::info("connection {} from {}: {} handshake not finished within {} ms (connect-timeout-ms); closed", id_,
+                 peer_, kTls ? "TLS" : "WebSocket", config_.connect_timeout_ms);
+  if (timed_out && ws_.counters) ws_.counters->count(websocket_event::refused_timeout);
   close_socket();
   co_return false;
 }
@@ -174,8 +381,8 @@ asio::awaitable<bool> basic_session<Stream>::first_byte() {
 template <typename Stream>
 void basic_session<Stream>::close_socket() {
   boost::system::error_code ec;
-  stream_.lowest_layer().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
-  stream_.lowest_layer().close(ec);
+  socket().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+  socket().close(ec);
 }
 
 template <typename Stream>
@@ -215,6 +422,7 @@ void basic_session<Stream>::enqueue(std::string bytes, bool close_after) {
 template <typename Stream>
 void basic_session<Stream>::fail(const std::string& problem, const std::optional<std::string>& receipt) {
   spdlog::info("connection {} ({}): ERROR {}", id_, peer_, problem);
+  ws_close_code_ = boost::beast::websocket::close_code::policy_error;
   send_error(problem, receipt);
 }
 
@@ -315,6 +523,9 @@ bool basic_session<Stream>::on_frame(frame& f) {
 template <typename Stream>
 asio::awaitable<login_result> basic_session<Stream>::authenticate(const frame& f) {
   authenticator* auth = core_.authentication();
+  // A page of the console opened this connection with its session's cookie: that session's user,
+  // unless CONNECT names a login of its own.
+  if (ws_.console && f.get("login").empty()) co_return login_result{true, ws_.console->user, ws_.console->roles, {}};
   if (!auth) co_return login_result{true, {}, {}, {}};
   login_request request{peer_ip_, std::string(f.get("login")), std::string(f.get("passcode")), peer_subject_};
   if (auto at_once = auth->answer_at_once(request)) co_return std::move(*at_once);
@@ -335,12 +546,13 @@ asio::awaitable<void> basic_session<Stream>::read_loop() {
   // (docs/performance.md, "Idle connections"). A TLS connection reads into a buffer of its own
   // (asio's TLS stream keeps the records it has read), which grows while reads fill it and goes
   // back to its small size when they no longer do.
-  if constexpr (!kTls) {
+  if constexpr (!kTls && !kWs) {
     boost::system::error_code ignored;
     stream_.non_blocking(true, ignored);
   }
-  std::vector<char> tls_buffer(kTls ? kSmallTlsRead : 0);
+  std::vector<char> tls_buffer(kTls || kWs ? kSmallTlsRead : 0);
   std::vector<frame> frames;
+  boost::system::error_code read_error;  // WebSocket: why reading ended, for the counters
   asio::steady_timer pause(stream_.get_executor());
   while (!closing_) {
     // Back-pressure: while more than max-unstored-bytes of received frames wait for the core or
@@ -370,7 +582,7 @@ asio::awaitable<void> basic_session<Stream>::read_loop() {
     boost::system::error_code ec;
     std::size_t n = 0;
     const char* buffer = nullptr;
-    if constexpr (kTls) {
+    if constexpr (kTls || kWs) {
       if (tls_last_read_ == tls_buffer.size() && tls_buffer.size() < kReadChunk) {
         tls_buffer.resize(tls_buffer.size() * 2);
       } else if (tls_last_read_ < tls_buffer.size() / 8 && tls_buffer.size() > kSmallTlsRead) {
@@ -378,6 +590,7 @@ asio::awaitable<void> basic_session<Stream>::read_loop() {
       }
       std::tie(ec, n) = co_await stream_.async_read_some(asio::buffer(tls_buffer), kNoThrow);
       tls_last_read_ = n;
+      read_error = ec;
       buffer = tls_buffer.data();
     } else {
       for (;;) {
@@ -395,7 +608,7 @@ asio::awaitable<void> basic_session<Stream>::read_loop() {
     last_read_ = clock::now();
     // A TLS ClientHello (a handshake record: 0x16 0x03) on a plain listener: the client expects
     // TLS, so a STOMP ERROR would be noise to it. Say so in the log and close.
-    if (!kTls && !connected_ && n >= 2 && buffer[0] == 0x16 && buffer[1] == 0x03) {
+    if (!kTls && !kWs && !connected_ && n >= 2 && buffer[0] == 0x16 && buffer[1] == 0x03) {
       spdlog::info("connection {} from {}: a TLS handshake on a plain listener (the client should use a "
                    "TLS listener's port); closed",
                    id_, peer_);
@@ -405,10 +618,12 @@ asio::awaitable<void> basic_session<Stream>::read_loop() {
     bool ok = parser_.feed(std::string_view(buffer, n), frames);
     if (!co_await hand_on(frames)) break;
     if (!ok) {
+      if (ws_.counters) ws_.counters->count(websocket_event::closed_frame_error);
       fail(parser_.error(), parser_.error_receipt());
       break;
     }
   }
+  if constexpr (kWs) note_websocket_end(ws_.counters, id_, peer_, read_error);
   closing_ = true;
   wake_writer_.cancel();
   coroutine_done();
@@ -470,7 +685,7 @@ asio::awaitable<void> basic_session<Stream>::write_loop() {
       buffers.push_back(asio::buffer(s));
       total += s.size();
     }
-    if constexpr (kTls) {
+    if constexpr (kTls || kWs) {
       // An SSL stream encrypts one buffer of a sequence per record; many small frames would each
       // cost a record and a system call. Copied together, they go out in as few as fit.
       flat_.clear();
@@ -484,25 +699,43 @@ asio::awaitable<void> basic_session<Stream>::write_loop() {
     write_progress_ = clock::now();
     boost::system::error_code ec;
     std::size_t first = 0;  // buffers[first..] are left to write
-    while (first < buffers.size()) {
-      auto [e, n] = co_await stream_.async_write_some(
-          std::span<const asio::const_buffer>(buffers.data() + first, buffers.size() - first), kNoThrow);
-      if (e) {
-        ec = e;
-        break;
+    if constexpr (kWs) {
+      // One WebSocket message per write, in pieces (so that the watchdog sees progress); text
+      // when it is UTF-8, which is what browsers' STOMP clients expect.
+      stream_.text(valid_utf8(flat_));
+      constexpr std::size_t kPiece = 64 * 1024;
+      for (std::size_t off = 0; off < flat_.size();) {
+        std::size_t take = std::min(kPiece, flat_.size() - off);
+        auto [e, n] = co_await stream_.async_write_some(off + take == flat_.size(),
+                                                        asio::buffer(flat_.data() + off, take), kNoThrow);
+        if (e) {
+          ec = e;
+          break;
+        }
+        off += take;
+        write_progress_ = clock::now();
       }
-      write_progress_ = clock::now();
-      while (n > 0 && first < buffers.size()) {
-        std::size_t take = std::min(n, buffers[first].size());
-        buffers[first] += take;
-        n -= take;
-        if (buffers[first].size() == 0) ++first;
+    } else {
+      while (first < buffers.size()) {
+        auto [e, n] = co_await stream_.async_write_some(
+            std::span<const asio::const_buffer>(buffers.data() + first, buffers.size() - first), kNoThrow);
+        if (e) {
+          ec = e;
+          break;
+        }
+        write_progress_ = clock::now();
+        while (n > 0 && first < buffers.size()) {
+          std::size_t take = std::min(n, buffers[first].size());
+          buffers[first] += take;
+          n -= take;
+          if (buffers[first].size() == 0) ++first;
+        }
       }
     }
     writing_ = false;
     pending_bytes_.fetch_sub(total, std::memory_order_relaxed);
     writing.clear();
-    if constexpr (kTls) {
+    if constexpr (kTls || kWs) {
       if (flat_.capacity() > 1024 * 1024) std::string().swap(flat_);  // not kept after a large burst
     }
     if (ec) break;
@@ -514,6 +747,7 @@ asio::awaitable<void> basic_session<Stream>::write_loop() {
     }
   }
   closing_ = true;
+  co_await websocket_close();
   close_socket();
   watchdog_timer_.cancel();
   coroutine_done();
@@ -526,7 +760,7 @@ asio::awaitable<void> basic_session<Stream>::watchdog() {
     if (!connected_ && connect_received_) {
       // Its login waits for its check: a client that closes meanwhile gives up its place at once
       // (authenticator::cancel), so CONNECTs sent by clients that leave hold no login slot.
-      if (login_ticket_ && !frames_behind_connect_ && peer_has_closed(stream_.lowest_layer().native_handle())) {
+      if (login_ticket_ && !frames_behind_connect_ && peer_has_closed(socket().native_handle())) {
         core_.authentication()->cancel(std::exchange(login_ticket_, 0));
         watchdog_timer_.expires_at(clock::time_point::max());
       } else {
@@ -592,6 +826,8 @@ template <typename Stream>
 void basic_session<Stream>::coroutine_done() {
   if (--live_coroutines_ > 0) return;
   prelogin_.release();
+  if (ws_open_ && ws_.counters) ws_.counters->open.fetch_sub(1, std::memory_order_relaxed);
+  ws_open_ = false;
   if (connected_ && !reported_closed_) {
     reported_closed_ = true;
     core_.on_closed(id_);
@@ -601,5 +837,7 @@ void basic_session<Stream>::coroutine_done() {
 
 template class basic_session<asio::ip::tcp::socket>;
 template class basic_session<tls_stream>;
+template class basic_session<ws_stream>;
+template class basic_session<wss_stream>;
 
 }  // namespace escrow::broker

@@ -10,6 +10,12 @@
 // stream, instantiated for both in session.cpp (plain_session, tls_session). A TLS session first
 // completes its handshake, within connect-timeout-ms, and only then starts the three coroutines; a
 // failed handshake is logged with the peer and the reason and closes that connection alone.
+//
+// And over WebSocket (websocket.h: ws_session, wss_session): the handshake reads the HTTP upgrade
+// (or takes the one the HTTP endpoint read at /stomp), checks its Origin and subprotocol and
+// accepts it; the bytes of each WebSocket message go to the same parser (a frame may span
+// messages, a message may hold several frames), and each write is one message, text when it is
+// valid UTF-8. The connection ends with a WebSocket close.
 #pragma once
 
 #include <atomic>
@@ -29,6 +35,7 @@
 #include "escrow/broker/core/outbound.h"
 #include "prelogin.h"
 #include "tls.h"
+#include "websocket.h"
 
 namespace escrow::broker {
 
@@ -48,7 +55,8 @@ class basic_session final : public session_base,
                             public outbound,
                             public std::enable_shared_from_this<basic_session<Stream>> {
  public:
-  static constexpr bool kTls = std::is_same_v<Stream, tls_stream>;
+  static constexpr bool kWs = std::is_same_v<Stream, ws_stream> || std::is_same_v<Stream, wss_stream>;
+  static constexpr bool kTls = std::is_same_v<Stream, tls_stream> || std::is_same_v<Stream, wss_stream>;
 
   // `stream` is connected; for TLS, its handshake has not started yet.
   basic_session(Stream stream, broker& core, const broker_config& config);
@@ -60,6 +68,8 @@ class basic_session final : public session_base,
   // Its place among the connections not yet logged in (prelogin.h): held until CONNECT succeeds
   // or the connection ends. Called by the accept loop before start().
   void hold(prelogin_slot slot) { prelogin_ = std::move(slot); }
+  // WebSocket: how the connection came (websocket.h). Called by the accept loop before start().
+  void use_websocket(websocket_options options) { ws_ = std::move(options); }
 
   void send(std::string bytes) override;
   void send_and_close(std::string bytes) override;
@@ -70,6 +80,14 @@ class basic_session final : public session_base,
   using std::enable_shared_from_this<basic_session<Stream>>::shared_from_this;
   void run();
   boost::asio::awaitable<void> handshake();
+  boost::asio::awaitable<bool> tls_handshake();
+  boost::asio::awaitable<bool> websocket_handshake();
+  // An upgrade that may not proceed: refuse() records the HTTP status and why, send_refusal()
+  // answers with them and closes (two steps, so that no temporary is part of a co_await).
+  void refuse(unsigned status, std::string why, websocket_event event);
+  boost::asio::awaitable<void> send_refusal();
+  boost::asio::awaitable<void> websocket_close();
+  auto& socket() { return boost::beast::get_lowest_layer(stream_); }
   boost::asio::awaitable<bool> first_byte();
   boost::asio::awaitable<void> read_loop();
   boost::asio::awaitable<bool> hand_on(std::vector<frame>& frames);
@@ -125,12 +143,23 @@ class basic_session final : public session_base,
   static constexpr std::size_t kReadChunk = 64 * 1024;
   static constexpr std::size_t kSmallTlsRead = 4 * 1024;
   std::size_t tls_last_read_ = 0;  // TLS: bytes the last read returned
+  // WebSocket: how it came; whether the upgrade was accepted; the close code it ends with.
+  websocket_options ws_;
+  unsigned refusal_status_ = 400;
+  std::string refusal_;
+  websocket_event refusal_event_ = websocket_event::refused_handshake;
+  bool ws_open_ = false;
+  boost::beast::websocket::close_code ws_close_code_ = boost::beast::websocket::close_code::normal;
 };
 
 using plain_session = basic_session<boost::asio::ip::tcp::socket>;
 using tls_session = basic_session<tls_stream>;
+using ws_session = basic_session<ws_stream>;
+using wss_session = basic_session<wss_stream>;
 
 extern template class basic_session<boost::asio::ip::tcp::socket>;
 extern template class basic_session<tls_stream>;
+extern template class basic_session<ws_stream>;
+extern template class basic_session<wss_stream>;
 
 }  // namespace escrow::broker

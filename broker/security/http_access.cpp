@@ -197,4 +197,48 @@ bearer_check check_bearer(const http_access& access, std::string_view authorizat
   return matched && !token.empty() ? bearer_check::ok : bearer_check::wrong;
 }
 
+std::optional<web_origin> parse_origin(std::string_view text) {
+  web_origin o;
+  std::string lowered;
+  for (char c : text) lowered += lower(c);
+  std::string_view rest = lowered;
+  if (rest.starts_with("https://")) {
+    o.https = true;
+    rest.remove_prefix(8);
+  } else if (rest.starts_with("http://")) {
+    rest.remove_prefix(7);
+  } else {
+    return std::nullopt;
+  }
+  if (rest.empty() || rest.find('/') != std::string_view::npos) return std::nullopt;
+  auto h = parse_host(rest);
+  if (!h) return std::nullopt;
+  if (!h->port) h->port = o.https ? 443 : 80;
+  o.host = std::move(*h);
+  return o;
+}
+
+std::string check_allowed_origin(std::string_view entry) {
+  if (entry == "*" || parse_origin(entry)) return "";
+  return "'" + std::string(entry) +
+         "' is not an origin: write the scheme, host and optional port of the pages allowed, e.g. "
+         "\"https://app.example.com\" or \"http://10.0.0.5:8080\" (no path), or \"*\"";
+}
+
+bool origin_allowed(std::optional<std::string_view> origin, std::string_view host,
+                    const std::vector<std::string>& allowed) {
+  if (!origin) return true;
+  for (const auto& a : allowed)
+    if (a == "*") return true;
+  auto o = parse_origin(*origin);
+  if (!o) return false;
+  if (is_loopback(o->host.host)) return true;
+  if (auto h = parse_host(host); h && h->host == o->host.host && h->port.value_or(o->https ? 443 : 80) == *o->host.port)
+    return true;
+  for (const auto& a : allowed)
+    if (auto e = parse_origin(a); e && e->https == o->https && e->host.host == o->host.host && e->host.port == o->host.port)
+      return true;
+  return false;
+}
+
 }  // namespace escrow::broker

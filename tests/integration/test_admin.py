@@ -622,3 +622,42 @@ def test_admin_frame_answers_and_errors(broker, raw):
     s.send(frame_bytes("ADMIN", [("admin-command", "status")]))
     f = s.read_frame()
     assert f.command == "ERROR" and "no receipt header" in f.headers["message"]
+
+
+# --------------------------------------------------------------------------------------------
+# The configuration in force
+# --------------------------------------------------------------------------------------------
+
+def test_config_shows_the_configuration_in_force_and_hides_passwords(broker_factory):
+    """escrow config: every key with its value (the file's, a default, the command line's), in the
+    file's sections and names; a coordinated database's password never shows. The database need
+    not be reachable: escrowd connects to it only when it needs it (nothing listens on its port)."""
+    port = free_port()
+    secret = "hunter2-not-for-operators"
+    broker = broker_factory(listen=False, config=(
+        f'listen = ["127.0.0.1:{port}"]\n'
+        '[limits]\nmax-headers = 500\n'
+        '[[coordinator.postgresql]]\nname = "shop"\n'
+        f'conninfo = "host=127.0.0.1 port={free_port()} dbname=shop user=app password={secret} connect_timeout=1"\n'))
+
+    answer = ok_json(broker, "config")
+    assert answer["config_file"] == str(broker.config_path)
+    assert "data-dir" in answer["command_line_keys"] and "listen" not in answer["command_line_keys"]
+    assert "address-settings" in answer["reloadable"] and "listen" not in answer["reloadable"]
+    config = answer["config"]
+    assert config["listen"] == [f"127.0.0.1:{port}"]
+    assert config["data-dir"] == str(broker.data_dir)
+    assert config["limits"]["max-headers"] == 500
+    assert config["limits"]["max-frame-size"] == 10485760  # the default
+    assert config["address-settings"][0]["dead-letter-address"] == "DLQ"
+    [database] = config["coordinator"]["postgresql"]
+    assert database["name"] == "shop"
+    assert "user=app password=*** connect_timeout=1" in database["conninfo"]
+
+    text = ok_text(broker, "config")
+    assert f"# file: {broker.config_path}" in text
+    assert f'listen = ["127.0.0.1:{port}"]' in text
+    assert "\n[limits]\n" in text and "\nmax-headers = 500\n" in text
+    assert "\n[[coordinator.postgresql]]\n" in text and 'name = "shop"' in text
+    for shown in (json.dumps(answer), text, broker.log):
+        assert secret not in shown

@@ -7,6 +7,7 @@ key."""
 import json
 import re
 import shutil
+import socket
 import subprocess
 import time
 import urllib.error
@@ -273,8 +274,45 @@ def test_unknown_path_is_404_and_post_is_405(broker_factory):
     assert status == 405 and headers["Allow"] == "GET, HEAD"
 
 
-def test_http_is_off_by_default(broker):
+def test_default_http_port_taken_is_a_warning_not_a_failure(broker_factory, stomp_client):
+    """The embedded default serves the console on 127.0.0.1:8161; when something else holds that
+    port escrowd says so and runs without HTTP (a port set in the file that cannot be bound stops
+    it: test_http_listen_port_taken_exits_1)."""
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        holder.bind(("127.0.0.1", 8161))
+        holder.listen(1)
+    except OSError:
+        pass  # taken already (another escrowd of the suite): as good for this test
+    try:
+        broker = broker_factory()
+        broker.wait_log("cannot listen on 127.0.0.1:8161 (the default of [http] listen)")
+        assert "http listening" not in broker.log
+        c = stomp_client(broker)
+        c.send(unique("/queue/after-warning"), "still serving", receipt=True)
+    finally:
+        holder.close()
+
+
+def test_http_listen_port_taken_exits_1(tmp_path):
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    try:
+        path = tmp_path / "taken.toml"
+        path.write_text(f'[http]\nlisten = "127.0.0.1:{holder.getsockname()[1]}"\n')
+        r = run_escrowd(["--config", str(path), "--data-dir", str(tmp_path / "data")], tmp_path)
+        assert r.returncode == 1, r
+        assert "cannot listen on 127.0.0.1:" in r.stdout + r.stderr
+    finally:
+        holder.close()
+
+
+def test_http_listen_empty_turns_http_off(broker_factory):
+    broker = broker_factory(config='[http]\nlisten = ""\n')
     assert "http listening" not in broker.log
+    assert "8161" not in broker.log
 
 
 def test_bad_http_listen_exits_2_naming_file_line_and_key(tmp_path):

@@ -11,10 +11,15 @@
 // must outlive the I/O context's run. listeners_up may be set from any thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
 #include <chrono>
+#include <functional>
+#include <optional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -26,6 +31,42 @@
 namespace escrow::broker {
 
 class broker;
+class authenticator;
+class console_sessions;
+struct metrics_snapshot;
+
+// What STOMP over WebSocket counts (escrow_websocket_* in /metrics): upgrades refused and
+// connections closed for bad input, by reason. Incremented by the sessions, on any thread.
+enum class websocket_event {
+  refused_origin,      // the Origin is not allowed (403)
+  refused_handshake,   // not a WebSocket upgrade, no STOMP subprotocol, a bad request (400)
+  refused_timeout,     // the handshake did not finish within connect-timeout-ms
+  refused_anonymous,   // no users file and the peer is not on loopback (403)
+  refused_limits,      // limits.max-connections or the limits of connections not logged in (503)
+  closed_too_big,      // a message over the limit (close 1009)
+  closed_protocol,     // a WebSocket protocol error
+  closed_frame_error,  // STOMP it could not parse: ERROR, then close
+};
+inline constexpr std::array<const char*, 8> kWebsocketEventNames = {
+    "origin", "handshake", "timeout", "anonymous-remote", "limits", "too-big", "protocol", "frame-error"};
+struct websocket_counters {
+  std::atomic<std::uint64_t> accepted{0};  // upgrades completed
+  std::atomic<std::int64_t> open{0};       // WebSocket connections open now
+  std::array<std::atomic<std::uint64_t>, kWebsocketEventNames.size()> events{};
+  void count(websocket_event e) { events[static_cast<std::size_t>(e)].fetch_add(1, std::memory_order_relaxed); }
+};
+
+// Who a console session is logged in as (the console's login, console_sessions.h).
+struct console_user {
+  std::string user;  // "" anonymous (no users file)
+  std::vector<std::string> roles;
+};
+
+// A request to /stomp of the HTTP listener that asks for a WebSocket: the session takes it over.
+struct stomp_upgrade {
+  boost::beast::http::request<boost::beast::http::string_body> request;
+  std::optional<console_user> user;  // the console session's user when the request carried its cookie
+};
 
 struct http_context {
   explicit http_context(broker& b) : core(b) {}
@@ -36,6 +77,21 @@ struct http_context {
   std::uint16_t port = 0;                 // the port the endpoint is bound to (for the Host check)
   std::uint32_t max_connections = 64;     // [http] max-connections: set before the server starts
   std::atomic<std::uint32_t> open_connections{0};  // HTTP connections being served now
+  websocket_counters websocket;                    // every WebSocket listener's, this one's too
+  // Takes over a connection whose request asked for STOMP over WebSocket at /stomp (set by the
+  // server before it starts; unset: /stomp is not served). Called on the connection's strand.
+  std::function<void(boost::asio::ip::tcp::socket, stomp_upgrade)> upgrade;
+  // The web console (console_api.h): its sessions, who checks its logins (nullptr: no users file,
+  // the console is anonymous and for loopback clients only), and the origins allowed besides
+  // loopback and its own. Set by use_console before the server starts.
+  std::shared_ptr<console_sessions> console;
+  authenticator* console_auth = nullptr;
+  std::vector<std::string> allowed_origins;
+  void use_console(std::chrono::milliseconds session_timeout, std::size_t max_sessions, authenticator* auth,
+                   std::vector<std::string> origins);
+  // Completes a snapshot from the core with what the endpoint knows (version, uptime, listeners,
+  // WebSocket counts).
+  void fill(metrics_snapshot& s) const;
 
   // Who may ask (Host, token): set before the server starts, replaced by SIGHUP (reload.cpp).
   std::shared_ptr<const http_access> access() const {

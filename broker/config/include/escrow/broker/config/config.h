@@ -39,6 +39,16 @@ struct tls_listener_config {
   std::map<std::string, std::string> where;
 };
 
+// One [[websocket-listener]] table: STOMP over WebSocket on a port of its own (docs/websocket.md),
+// over TLS (wss) when it names certificate-chain and private-key (the keys of [[tls-listener]]).
+struct websocket_listener_config {
+  tls_listener_config tls;  // `listen`, and the TLS files and settings when `secure`
+  bool secure = false;      // certificate-chain and private-key are set: wss
+  // Origin values a browser's upgrade may carry besides the loopback origins and the listener's
+  // own host (http_access.h, origin_allowed); "*" allows any.
+  std::vector<std::string> allowed_origins;
+};
+
 // One [[coordinator.postgresql]] table: a database whose transactions escrowd coordinates with
 // STOMP transactions (docs/exactly-once.md).
 struct coordinated_database {
@@ -157,8 +167,23 @@ struct broker_config {
   // TLS listeners ([[tls-listener]]), next to the plain ones in `listen`; none by default.
   std::vector<tls_listener_config> tls_listeners;
 
-  // [http] listen: /metrics, /status and /health (docs/operations.md); nullopt (the default): off.
-  std::optional<listen_address> http_listen;
+  // STOMP over WebSocket on listeners of their own ([[websocket-listener]]); none by default.
+  std::vector<websocket_listener_config> websocket_listeners;
+
+  // [http] listen: the web console, its API, STOMP over WebSocket at /stomp, /metrics, /status and
+  // /health (docs/operations.md); nullopt ("" in the file): off. The embedded default is loopback
+  // port 8161; when that port is taken escrowd warns and runs without HTTP (http_listen_is_default).
+  std::optional<listen_address> http_listen{listen_address{"127.0.0.1", 8161}};
+  bool http_listen_is_default = true;  // not set by the file: failing to bind it is not fatal
+  // [http] websocket: serve STOMP over WebSocket at /stomp of the HTTP listener.
+  bool http_websocket = true;
+  // [http] allowed-origins: Origin values a browser's WebSocket upgrade or console request may
+  // carry besides the loopback origins and the endpoint's own host; "*" allows any.
+  std::vector<std::string> http_allowed_origins;
+  // [http] session-timeout-ms: a console session ends after this long without a request.
+  std::uint64_t http_session_timeout_ms = 30 * 60 * 1000;
+  // [http] max-sessions: console sessions held at once; a login over it ends the oldest.
+  std::uint32_t http_max_sessions = 1000;
   // [http] allowed-hosts: Host names (or addresses, "NAME:PORT" for one port, "*" for any) served
   // besides localhost, loopback addresses and the listen host (http_access.h). SIGHUP applies it.
   std::vector<std::string> http_allowed_hosts;

@@ -46,6 +46,13 @@ struct connect_info {
 class authenticator;
 struct users_table;
 
+// The answer to an ADMIN command asked over HTTP (the console's API, broker/admin/console_api.cpp).
+struct http_admin_answer {
+  bool denied = false;    // the user lacks the permission the command needs: `message` says which
+  std::string message;
+  admin_outcome outcome;  // when not denied
+};
+
 class broker {
  public:
   broker(boost::asio::io_context& io, storage::store& store, const broker_config& config);
@@ -70,6 +77,12 @@ class broker {
   // through admin_core.h; without one every ADMIN frame is answered invalid. Call before the first
   // connection.
   void use_admin(admin_handler h);
+
+  // Runs the ADMIN command `f` (its admin-command and argument headers) for a console user, with
+  // the permission checks of an ADMIN frame from a connection logged in as `user` with `roles`;
+  // `done` is called on the core strand and must not block. Thread-safe.
+  void run_admin(std::string user, std::vector<std::string> roles, frame f,
+                 std::function<void(http_admin_answer)> done);
 
   // A fresh id for a new connection. Thread-safe.
   std::uint64_t new_connection_id();

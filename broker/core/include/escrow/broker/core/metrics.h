@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace escrow::broker {
@@ -94,6 +95,10 @@ struct metrics_snapshot {
   std::vector<std::string> listeners;  // "HOST:PORT" (", tls" appended for TLS ones)
   bool listeners_up = false;
   std::uint64_t connections = 0;
+  // STOMP over WebSocket (filled in by the HTTP endpoint from its counters, http_server.h).
+  std::uint64_t websocket_accepted = 0;  // upgrades completed since start
+  std::uint64_t websocket_open = 0;      // WebSocket connections open now
+  std::vector<std::pair<std::string, std::uint64_t>> websocket_events;  // refused/closed by reason
   std::uint64_t failed_logins = 0;  // logins refused since start (docs/security.md)
   // Messages that left their queues unacknowledged, broker-wide (undelivered_counters).
   std::uint64_t expired = 0;

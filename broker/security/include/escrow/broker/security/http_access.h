@@ -60,4 +60,24 @@ enum class bearer_check { ok, missing, wrong };
 // `missing`: no header or another scheme than Bearer.
 bearer_check check_bearer(const http_access& access, std::string_view authorization);
 
+// Origins (RFC 6454) of browser requests: a WebSocket upgrade or a console request carries the
+// origin of the page that made it. Parses "http://HOST[:PORT]" or "https://HOST[:PORT]" (no path).
+struct web_origin {
+  bool https = false;
+  host_and_port host;  // the port filled in from the scheme when absent (80, 443)
+};
+std::optional<web_origin> parse_origin(std::string_view text);
+
+// Checks one allowed-origins entry ("https://app.example.com", "http://10.0.0.5:8080", or "*");
+// "" when good, otherwise what is wrong.
+std::string check_allowed_origin(std::string_view entry);
+
+// Whether a request with Origin `origin` (nullopt: the header is absent, as from a client that is
+// not a browser) and Host `host` may go on: no Origin; a loopback origin (localhost, 127.0.0.0/8,
+// ::1; any scheme and port); an origin naming the request's own Host (the page came from this
+// endpoint); or one of `allowed` (exact scheme, host and port; "*" allows any). "null" and
+// anything malformed are refused.
+bool origin_allowed(std::optional<std::string_view> origin, std::string_view host,
+                    const std::vector<std::string>& allowed);
+
 }  // namespace escrow::broker
