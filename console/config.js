@@ -62,7 +62,7 @@ export function mount(view, ctx) {
     } catch (err) {
       if (stopped) return;
       if (err.status === 403) {
-        replace(body, adminNote("The configuration", ctx.session));
+        replace(body, adminNote("the configuration", ctx.session));
         root.dataset.loaded = "refused";
         return;
       }

@@ -80,7 +80,7 @@ export function mount(view, ctx) {
     } catch (err) {
       if (stopped) return;
       if (err.status === 403) {
-        replace(body, adminNote("The list of connections and subscriptions", ctx.session));
+        replace(body, adminNote("the connections and subscriptions", ctx.session));
         replace(status, "");
         refresh.hidden = true;
         root.dataset.loaded = "refused";

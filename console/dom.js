@@ -53,8 +53,8 @@ export function facts(pairs, cls = "facts") {
 // permission (403), with what the user can still do.
 export function adminNote(what, session, extra) {
   return h("div", {class: "note needs-admin", role: "note"},
-    h("strong", null, "This needs the admin permission. "),
-    `${what} is shown only to operators`,
+    h("strong", null, "This needs the admin permission: "),
+    `only operators see ${what}`,
     session && session.user ? ` (user '${session.user}' is not one)` : "",
     ". Ask for the admin role, or browse a queue by name.",
     extra || null);

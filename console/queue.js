@@ -46,7 +46,7 @@ export function mount(view, ctx) {
     } catch (err) {
       if (stopped) return;
       if (err.status === 403) {
-        replace(details, adminNote("The details of a queue (depth, settings, consumers)", ctx.session,
+        replace(details, adminNote("the details of a queue (depth, settings, consumers)", ctx.session,
                                    h("span", null, " Its messages are below, if you may browse them.")));
         details.dataset.refused = "true";
         return;  // not again

@@ -95,7 +95,7 @@ export function mount(view, ctx) {
     } catch (err) {
       if (stopped) return;
       if (err.status === 403) {
-        replace(body, adminNote("The list of queues", ctx.session));
+        replace(body, adminNote("the list of queues", ctx.session));
         replace(status, "");
         refresh.hidden = true;
         root.dataset.loaded = "refused";

@@ -84,7 +84,7 @@ export function mount(view, ctx) {
     } catch (err) {
       if (stopped) return;
       if (err.status === 403) {
-        replace(body, adminNote("The list of transaction branches", ctx.session));
+        replace(body, adminNote("the transaction branches", ctx.session));
         replace(status, "");
         refresh.hidden = true;
         root.dataset.loaded = "refused";

@@ -413,6 +413,8 @@ void basic_session<Stream>::send_and_close(std::string bytes) {
 
 template <typename Stream>
 void basic_session<Stream>::enqueue(std::string bytes, bool close_after) {
+  // An ERROR that ends the connection: over WebSocket it closes with 1008 (policy violation).
+  if (close_after && bytes.starts_with("ERROR\n")) ws_close_code_ = boost::beast::websocket::close_code::policy_error;
   if (!bytes.empty()) outgoing_.push_back(std::move(bytes));
   if (close_after) closing_ = true;
   wake_writer_.cancel();
