@@ -6,16 +6,12 @@ import * as api from "./api.js";
 export const kPollMs = 2000;
 export const kRingSize = 150;
 
-// The commit log's fill, when the snapshot reports how much of the ring is in use: (used, size)
-// in bytes, or null.
+// The commit log's fill: records after the last checkpoint (used) of the ring (size), in bytes,
+// or null when the snapshot has no commit log.
 export function commitLogUse(m) {
   const store = (m && m.store) || {};
-  const log = m && typeof m.commit_log === "object" && m.commit_log ? m.commit_log : null;
-  const size = log ? (log.size_bytes ?? log.ring_bytes ?? store.log_bytes) : store.log_bytes;
-  const used = log ? (log.used_bytes ?? log.live_bytes) : (store.log_used_bytes ?? store.log_live_bytes);
+  const used = store.log_used_bytes, size = store.log_size_bytes;
   if (typeof used === "number" && typeof size === "number" && size > 0) return {used, size};
-  if (log && typeof log.fill === "number") return {used: log.fill, size: 1};
-  if (typeof store.log_fill === "number") return {used: store.log_fill, size: 1};
   return null;
 }
 

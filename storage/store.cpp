@@ -217,6 +217,7 @@ struct store::impl {
   // only while no transaction of this process is open (mdb_env_set_mapsize).
   mutable map_readers map_lock;
   std::atomic<std::uint64_t> map_grows{0};
+  std::atomic<std::uint64_t> log_used{0};  // log->since_checkpoint() as of the last commit, for stats()
   fault_plan faults;          // committer thread only; empty unless a test asked for faults
   bool refusing = false;      // committer only: the last group was refused (logged once)
 
@@ -1248,6 +1249,7 @@ void store::impl::maybe_checkpoint() {
     failed = true;
     return;
   }
+  log_used.store(log->since_checkpoint(), std::memory_order_relaxed);
   auto now = std::chrono::steady_clock::now();
   // While writes or sends are refused for room, at once: the pages that acknowledgements free
   // become reusable only once a checkpoint moves the pin past them (measure_room).
@@ -1768,6 +1770,8 @@ commit_stats store::stats() const {
   auto size = std::filesystem::file_size(std::filesystem::path(m.options.path) / "data.mdb", ec);
   if (!ec) s.file_bytes = size;
   if (m.log) s.log_bytes = m.log->disk_bytes();
+  s.log_size_bytes = m.options.log_size;
+  s.log_used_bytes = m.log_used.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -232,6 +232,11 @@ void write_store(std::string& out, const metrics_snapshot& s) {
   single(out, "escrow_store_log_bytes", "gauge",
          "Bytes of the commit log on disk (its whole ring, allocated when escrowd starts).",
          static_cast<double>(s.store.log_bytes));
+  single(out, "escrow_store_log_used_bytes", "gauge",
+         "Bytes of commit-log records after the last checkpoint: how full the ring is (of escrow_store_log_size_bytes).",
+         static_cast<double>(s.store.log_used_bytes));
+  single(out, "escrow_store_log_size_bytes", "gauge", "The commit log's ring size (storage.log-size).",
+         static_cast<double>(s.store.log_size_bytes));
   single(out, "escrow_store_map_grows_total", "counter",
          "Times the map grew because it was full.",
          static_cast<double>(s.store.map_grows));

@@ -108,6 +108,8 @@ void collect_store(const storage::commit_stats& st, metrics_snapshot& s) {
   s.store.map_used_bytes = st.map_used_bytes;
   s.store.file_bytes = st.file_bytes;
   s.store.log_bytes = st.log_bytes;
+  s.store.log_size_bytes = st.log_size_bytes;
+  s.store.log_used_bytes = st.log_used_bytes;
   s.store.map_grows = st.map_grows;
   s.store.live_bytes = st.live_bytes;
   s.store.disk_free_bytes = st.disk_free_bytes;

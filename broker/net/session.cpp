@@ -812,6 +812,7 @@ asio::awaitable<void> basic_session<Stream>::watchdog() {
                      "({} bytes unsent; limits.slow-consumer-timeout-ms is {})",
                      id_, peer_, std::chrono::duration_cast<std::chrono::milliseconds>(now - write_progress_).count(),
                      pending_bytes_.load(std::memory_order_relaxed), config_.slow_consumer_timeout_ms);
+        if (ws_.counters) ws_.counters->count(websocket_event::closed_slow_reader);
         closing_ = true;
         close_socket();
         wake_writer_.cancel();

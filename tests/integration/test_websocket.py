@@ -40,7 +40,7 @@ if not (JS / "node_modules").is_dir():
     pytest.skip("tests/js/node_modules is missing: run scripts/setup (it runs `npm ci` in tests/js) "
                 "to test STOMP over WebSocket with @stomp/stompjs", allow_module_level=True)
 
-from test_http import scrape  # noqa: E402 (after the skip: it needs python3-prometheus-client)
+from test_http import get, scrape  # noqa: E402 (after the skip: it needs python3-prometheus-client)
 from test_security import hash_password  # noqa: E402
 
 NODE = shutil.which("node") or "/usr/bin/node"
@@ -191,9 +191,11 @@ def tcp_works(broker, stomp_client):
 
 
 def ws_works(url):
-    """A new WebSocket connection still gets CONNECTED."""
+    """A new WebSocket connection still gets CONNECTED; its DISCONNECT's RECEIPT comes, then a
+    normal close (1000)."""
     r = node(url, "raw-open")
     assert r["opened"] and r["connected"]["command"] == "CONNECTED", r
+    assert r["receipt"]["headers"]["receipt-id"] == "bye" and r["closed"]["code"] == 1000, r
 
 
 # --------------------------------------------------------------------------------------------
@@ -296,6 +298,19 @@ def websocket_samples(http_port):
 def counter(samples, name, **labels):
     return sum(v for (n, ls), v in samples.items()
                if n == name and all(dict(ls).get(k) == val for k, val in labels.items()))
+
+
+def wait_open_websockets(w, expected):
+    """Waits until the gauge escrow_websocket_connections says `expected` (closes are counted when
+    the broker has seen them, a moment after the client has)."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        samples = websocket_samples(w.http_port)
+        value = counter(samples, "escrow_websocket_connections")
+        if value == expected:
+            return
+        assert time.monotonic() < deadline, f"escrow_websocket_connections stayed {value}, not {expected}: {samples}"
+        time.sleep(0.05)
 
 
 def refused_by_reason(samples):
@@ -436,7 +451,7 @@ def test_a_client_that_promised_heart_beats_and_went_silent_is_closed(ws_broker,
     assert r["connected"]["headers"]["heart-beat"] == "0,1000"
     errors = [f for f in r["frames"] if f["command"] == "ERROR"]
     assert errors and errors[0]["headers"]["message"].startswith("heart-beat timeout"), r
-    assert r["closed"] is not None
+    assert r["closed"]["code"] == 1008, r["closed"]  # after an ERROR: policy violation
     # 1000 ms negotiated + 1000 ms grace: not before, and not much later.
     assert 1500 <= r["silent_ms"] <= 2000 + 3000 * SLOW, r
     tcp_works(w.broker, stomp_client)
@@ -454,7 +469,7 @@ def test_a_frame_split_across_messages_and_frames_packed_in_one(ws_broker, kind)
     assert frames[0]["headers"]["receipt-id"] == "subscribed"
     assert [f.get("body") for f in frames[1:4]] == ["first", "second", "third\x00body!"]
     assert frames[4]["headers"]["receipt-id"] == "bye"
-    assert r["closed"] is not None
+    assert r["closed"]["code"] == 1000, r["closed"]  # DISCONNECT: a normal close
     # A text message is always valid UTF-8 (a browser closes the connection otherwise).
     assert all(m["binary"] or m["utf8"] for m in r["ws_messages"]), r["ws_messages"]
     assert consume_all(w.broker, q) == []
@@ -497,6 +512,7 @@ def test_binary_bodies_cross_websocket_and_tcp_unchanged(ws_broker):
 USERS_SETTINGS = """
 [security]
 users-file = "users.toml"
+login-backoff-max-ms = 200
 
 [[security-settings]]
 match = "#"
@@ -553,6 +569,8 @@ def test_stompjs_reconnects_after_a_broker_restart_on_the_same_port(ws_broker, s
     r = node(w.url("http"), "reconnect", on_event, destination=q, before_destination=before, reply_destination=reply)
     assert restarted
     assert r["connects"] == 2 and r["closes_before_reconnect"] >= 1
+    # The graceful stop closed the WebSocket normally (1000), after writing every receipt due.
+    assert r["closes"][0]["code"] == 1000, r["closes"]
     assert r["message"]["body"] == "after-restart"
     assert r["errors"] == []
     # What stompjs sent before the restart (with a receipt: durable) and after it.
@@ -596,8 +614,14 @@ def test_a_foreign_origin_is_refused_with_403(ws_broker, stomp_client, sockets, 
     # Loopback origins (any port) and none at all are allowed by default.
     for origin in ("http://127.0.0.1:3000", "http://localhost:8080", "https://[::1]:9", None):
         assert node(w.url(kind), "raw-open", origin=origin)["opened"], origin
+    assert b"allowed-origins" in u.body, u.body  # the answer says what an operator may change
     assert refusals.delta() == {"origin": 2}
+    wait_open_websockets(w, 0)  # the four that opened have closed; the refused never counted
     after = websocket_samples(w.http_port)
+    status, _, body = get(w.http_port, "/status")  # the same numbers in /status
+    ws = json.loads(body)["websocket"]
+    assert status == 200 and ws["events"]["origin"] == counter(after, "escrow_websocket_refused_total", reason="origin")
+    assert ws["accepted"] == counter(after, "escrow_websocket_connections_total") and ws["open"] == 0, ws
     assert counter(after, "escrow_websocket_connections_total") - \
         counter(before, "escrow_websocket_connections_total") == 4, after
     tcp_works(w.broker, stomp_client)
@@ -633,6 +657,7 @@ def test_a_handshake_without_sec_websocket_key_gets_400(ws_broker, stomp_client,
     u = upgrade(w.port(kind), key=False, open_sockets=sockets)
     assert u.status == 400, (u.status, u.headers, u.body)
     assert "sec-websocket-accept" not in u.headers
+    assert u.closed_by_server(TIMEOUT), "a refused upgrade is closed"
     assert refusals.delta() == {"handshake": 1}
     ws_works(w.url(kind))
     tcp_works(w.broker, stomp_client)
@@ -652,10 +677,24 @@ def test_an_upgrade_offering_only_other_subprotocols_is_refused(ws_broker, socke
 def test_websocket_off_and_other_paths_of_the_http_listener_do_not_upgrade(ws_broker, sockets):
     w = ws_broker(listener=False)
     u = upgrade(w.http_port, path="/stompx", open_sockets=sockets)
-    assert 400 <= u.status < 500, (u.status, u.headers)
+    assert u.status == 404, (u.status, u.headers)
+    status, headers, _ = get(w.http_port, "/stomp")  # a plain GET: not an upgrade
+    assert status == 426, (status, dict(headers))
     w2 = ws_broker(listener=False, http_extra="websocket = false\n")
     u = upgrade(w2.http_port, open_sockets=sockets)
-    assert 400 <= u.status < 500, (u.status, u.headers)
+    assert u.status == 404, (u.status, u.headers)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_upgrade_over_max_connections_gets_503(ws_broker, stomp_client, sockets, kind):
+    w = ws_broker("[limits]\nmax-connections = 1\n")
+    refusals = Refusals(w)
+    holder = stomp_client(w.broker)  # takes the one place
+    u = upgrade(w.port(kind), open_sockets=sockets)
+    assert u.status == 503 and b"max-connections" in u.body, (u.status, u.headers, u.body)
+    assert refusals.delta() == {"limits": 1}
+    holder.disconnect()
+    ws_works(w.url(kind))
 
 
 # --------------------------------------------------------------------------------------------
@@ -671,14 +710,14 @@ def test_a_frame_over_max_frame_size(ws_broker, stomp_client, kind):
     one = node(w.url(kind), "raw-oversize", destination=q, max_frame_size=65536)
     errors = [f for f in one["frames"] if f["command"] == "ERROR"]
     assert one["closed"] is not None
-    assert (errors and errors[0]["headers"]["message"] == "frame exceeds 65536 bytes") or \
-        one["closed"]["code"] == 1009, one
+    assert (errors and errors[0]["headers"]["message"] == "frame exceeds 65536 bytes" and
+            one["closed"]["code"] == 1008) or one["closed"]["code"] == 1009, one
     # In many small messages, each far below the limit: the frame's own size counts.
     many = node(w.url(kind), "raw-oversize", destination=q, max_frame_size=65536, chunk=4096)
     errors = [f for f in many["frames"] if f["command"] == "ERROR"]
     assert errors and errors[0]["headers"]["message"] == "frame exceeds 65536 bytes", many
     assert not [f for f in many["frames"] if f["command"] == "RECEIPT"], many
-    assert many["closed"] is not None
+    assert many["closed"]["code"] == 1008, many["closed"]
     # One WebSocket message over max-frame-size plus 64 KiB: Beast closes with 1009.
     huge = node(w.url(kind), "raw-oversize", destination=q, max_frame_size=65536, excess=65536 + 1000)
     assert huge["closed"] is not None and huge["closed"]["code"] == 1009, huge
@@ -696,7 +735,7 @@ def test_binary_garbage_gets_an_error_then_a_close(ws_broker, stomp_client, kind
     r = node(w.url(kind), "raw-garbage", after_connect=after_connect)
     assert [f["command"] for f in r["frames"]] == ["ERROR"], r
     assert r["frames"][0]["headers"].get("message"), r
-    assert r["closed"] is not None
+    assert r["closed"]["code"] == 1008, r["closed"]
     assert sum(refusals.delta().values()) == 1, refusals.delta()
     ws_works(w.url(kind))
     tcp_works(w.broker, stomp_client)
@@ -708,7 +747,7 @@ def test_a_websocket_that_never_sends_connect_is_closed_after_connect_timeout(ws
     r = node(w.url(kind), "raw-no-connect")
     assert [f["command"] for f in r["frames"]] == ["ERROR"], r
     assert r["frames"][0]["headers"]["message"] == "no CONNECT frame within 2000 ms", r
-    assert r["closed"] is not None
+    assert r["closed"]["code"] == 1008, r["closed"]
     assert 1500 <= r["open_ms"] <= 2000 + 3000 * SLOW, r
     tcp_works(w.broker, stomp_client)
 
@@ -786,7 +825,8 @@ def test_a_page_in_chromium_acks_one_message_and_the_other_comes_back(ws_broker,
     b = w.broker
     q = queue("browser")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    shot = ARTIFACTS / f"chromium-stomp-{q.rsplit('/', 1)[1]}.png"
+    shot = ARTIFACTS / "chromium-stomp.png"
+    shot.unlink(missing_ok=True)
     final, status = chromium(w.url("http"), destination=q, mode="ack", screenshot=str(shot))
     r = final["result"]
     assert status == 0 and r["ok"], json.dumps(final, indent=1)

@@ -745,6 +745,7 @@ scenarios.reconnect = async () => {
   return {
     connects: n,
     closes_before_reconnect: reconnectedAfterCloses,
+    closes: s.closes,
     connected: s.connectedFrames,
     message: m.json,
     errors_during_restart: errorsDuringRestart,

@@ -80,6 +80,11 @@ struct commit_stats {
   std::uint64_t map_used_bytes = 0;  // (last page number + 1) * page size
   std::uint64_t file_bytes = 0;      // data.mdb's size on disk
   std::uint64_t log_bytes = 0;       // the commit log's blocks on disk (all of its ring, from the start)
+  std::uint64_t log_size_bytes = 0;  // the ring's size (storage.log-size)
+  // Bytes of records after the last checkpoint's, as of the last commit: how full the ring is
+  // (a checkpoint starts when a quarter is used, and a group waits for one when it would overwrite
+  // what a restart needs).
+  std::uint64_t log_used_bytes = 0;
   // As of the last send_room() check: pages the tables use, the disk's free space, and whether
   // new messages are refused (max-size or min-free-disk).
   std::uint64_t live_bytes = 0;

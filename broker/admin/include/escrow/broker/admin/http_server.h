@@ -46,9 +46,10 @@ enum class websocket_event {
   closed_too_big,      // a message over the limit (close 1009)
   closed_protocol,     // a WebSocket protocol error
   closed_frame_error,  // STOMP it could not parse: ERROR, then close
+  closed_slow_reader,  // it read nothing of its frames for limits.slow-consumer-timeout-ms
 };
-inline constexpr std::array<const char*, 8> kWebsocketEventNames = {
-    "origin", "handshake", "timeout", "anonymous-remote", "limits", "too-big", "protocol", "frame-error"};
+inline constexpr std::array<const char*, 9> kWebsocketEventNames = {
+    "origin", "handshake", "timeout", "anonymous-remote", "limits", "too-big", "protocol", "frame-error", "slow-reader"};
 struct websocket_counters {
   std::atomic<std::uint64_t> accepted{0};  // upgrades completed
   std::atomic<std::int64_t> open{0};       // WebSocket connections open now

@@ -70,6 +70,8 @@ struct store_metrics {
   std::uint64_t map_used_bytes = 0;  // pages in use up to the last one written
   std::uint64_t file_bytes = 0;      // data.mdb on disk
   std::uint64_t log_bytes = 0;       // the commit log on disk (its whole ring, allocated at start)
+  std::uint64_t log_size_bytes = 0;  // the ring's size (storage.log-size)
+  std::uint64_t log_used_bytes = 0;  // records after the last checkpoint (how full the ring is)
   std::uint64_t map_grows = 0;       // times the map grew because it was full
   std::uint64_t live_bytes = 0;      // pages the tables use (what storage.max-size limits)
   std::uint64_t disk_free_bytes = 0; // free space of the disk holding the store
