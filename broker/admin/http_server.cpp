@@ -278,7 +278,8 @@ asio::awaitable<void> serve(tcp::socket socket, http_context& context, counted_c
     http::request<http::string_body> req = parser.release();
     if (wants_stomp(req, context)) {
       // The session takes the connection over; this coroutine's part ends here.
-      context.upgrade(stream.release_socket(), stomp_upgrade{std::move(req), console_user_of(req, context)});
+      std::optional<console_user> user = console_user_of(req, context);  // before req is moved
+      context.upgrade(stream.release_socket(), stomp_upgrade{std::move(req), std::move(user)});
       co_return;
     }
     response res = co_await answer(req, context, peer, peer_ip, loopback);

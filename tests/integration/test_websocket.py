@@ -28,12 +28,13 @@ import shutil
 import socket
 import subprocess
 import threading
+import urllib.request
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SLOW, TIMEOUT, RawStomp, consume_all, frame_bytes, look, queue, unique
+from conftest import ROOT, SLOW, TIMEOUT, RawStomp, consume_all, drain, frame_bytes, look, queue, unique
 
 JS = ROOT / "tests" / "js"
 if not (JS / "node_modules").is_dir():
@@ -42,6 +43,7 @@ if not (JS / "node_modules").is_dir():
 
 from test_http import get, scrape  # noqa: E402 (after the skip: it needs python3-prometheus-client)
 from test_security import hash_password  # noqa: E402
+from test_tls import certs  # noqa: E402,F401  (certs: the fixture)
 
 NODE = shutil.which("node") or "/usr/bin/node"
 STOMP_NODE = JS / "stomp_node.mjs"
@@ -253,7 +255,7 @@ def read_http_answer(sock, timeout):
 
 
 def upgrade(port, path="/stomp", origin=None, key=True, version="13",
-            protocols="v12.stomp, v11.stomp, v10.stomp", host=None, open_sockets=None):
+            protocols="v12.stomp, v11.stomp, v10.stomp", host=None, open_sockets=None, extra=()):
     """Sends a WebSocket upgrade request by hand; returns the answer (the socket stays open)."""
     s = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
     if open_sockets is not None:
@@ -269,6 +271,7 @@ def upgrade(port, path="/stomp", origin=None, key=True, version="13",
         lines.append(f"Sec-WebSocket-Protocol: {protocols}")
     if origin:
         lines.append(f"Origin: {origin}")
+    lines += list(extra)
     s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
     status, headers, body = read_http_answer(s, TIMEOUT)
     return Upgrade(s, status, headers, body, k)
@@ -546,6 +549,74 @@ def test_login_and_passcode_against_a_users_file(ws_broker, stomp_client, alice_
     # The same users over TCP.
     c = stomp_client(w.broker, headers={"login": "alice", "passcode": "alice-secret"})
     c.disconnect()
+
+
+def ws_send_text(sock, payload):
+    """One masked text message (a client's frames must be masked, RFC 6455 5.3)."""
+    mask = os.urandom(4)
+    n = len(payload)
+    head = bytes([0x81]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + n.to_bytes(2, "big"))
+    sock.sendall(head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+
+
+def ws_read_stomp_frame(sock):
+    """The payload of the server's messages up to the end of one STOMP frame (a NUL)."""
+    data = b""
+
+    def take(n):
+        nonlocal buf
+        while len(buf) < n:
+            chunk = sock.recv(65536)
+            assert chunk, f"closed after {data!r}"
+            buf += chunk
+        out, buf = buf[:n], buf[n:]
+        return out
+
+    buf = b""
+    sock.settimeout(TIMEOUT)
+    while b"\0" not in data:
+        b0, b1 = take(2)
+        n = b1 & 0x7F
+        if n == 126:
+            n = int.from_bytes(take(2), "big")
+        elif n == 127:
+            n = int.from_bytes(take(8), "big")
+        payload = take(n)
+        if b0 & 0x0F in (1, 2, 0):
+            data += payload
+    return data.lstrip(b"\n")
+
+
+def test_a_console_session_logs_its_websocket_in_as_its_user(ws_broker, stomp_client, alice_hash):
+    """A page of the console opens /stomp with the session's cookie: its CONNECT without a login
+    is the session's user (here its sends carry _AMQ_VALIDATED_USER alice); without the cookie the
+    same CONNECT is refused."""
+    w = ws_broker(USERS_SETTINGS.replace("[security]\n", "[security]\npopulate-validated-user = true\n"), listener=False,
+                  before_start=lambda b: (b.workdir / "users.toml").write_text(
+                      f'[[user]]\nname = "alice"\npassword = "{alice_hash}"\nroles = ["app"]\n'))
+    req = urllib.request.Request(f"http://127.0.0.1:{w.http_port}/api/v1/login", method="POST",
+                                 data=json.dumps({"user": "alice", "password": "alice-secret"}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=TIMEOUT) as answer:
+        cookie = answer.headers["Set-Cookie"].split(";")[0]
+        assert json.load(answer)["user"] == "alice"
+    q = queue("console-ws")
+    u = upgrade(w.http_port, extra=[f"Cookie: {cookie}"])
+    assert u.status == 101 and u.accept_ok(), (u.status, u.body)
+    ws_send_text(u.sock, b"CONNECT\naccept-version:1.2\nhost:escrow\n\n\0")
+    assert ws_read_stomp_frame(u.sock).startswith(b"CONNECTED\n")
+    ws_send_text(u.sock, f"SEND\ndestination:{q}\nreceipt:r1\n\nfrom the console page\0".encode())
+    assert ws_read_stomp_frame(u.sock).startswith(b"RECEIPT\nreceipt-id:r1\n")
+    u.sock.close()
+    c = stomp_client(w.broker, headers={"login": "alice", "passcode": "alice-secret"})
+    [m], _ = drain(c, q, c)
+    assert m.headers["_AMQ_VALIDATED_USER"] == "alice" and m.body == "from the console page"
+
+    stranger = upgrade(w.http_port)
+    assert stranger.status == 101
+    ws_send_text(stranger.sock, b"CONNECT\naccept-version:1.2\nhost:escrow\n\n\0")
+    assert ws_read_stomp_frame(stranger.sock).startswith(b"ERROR\n")
+    stranger.sock.close()
 
 
 def test_stompjs_reconnects_after_a_broker_restart_on_the_same_port(ws_broker, stomp_client):
@@ -860,3 +931,32 @@ def test_a_page_on_a_foreign_origin_cannot_open_a_websocket(ws_broker, stomp_cli
     assert any("403" in line for line in final["console"]), final["console"]
     assert refusals.delta() == {"origin": 1}
     tcp_works(w.broker, stomp_client)
+
+
+# --------------------------------------------------------------------------------------------
+# wss: a [[websocket-listener]] with TLS
+# --------------------------------------------------------------------------------------------
+
+_WSS = re.compile(r"websocket listening on 127\.0\.0\.1:(\d+) \(wss\)")
+
+
+def test_stompjs_over_wss_with_the_listeners_certificate(broker_factory, stomp_client, certs):
+    """A [[websocket-listener]] with certificate-chain and private-key speaks wss://: stompjs
+    trusting the test CA sends and receives through it; a client that trusts another CA does not
+    get in, and the broker goes on serving."""
+    config = (f'[[websocket-listener]]\nlisten = "127.0.0.1:0"\ncertificate-chain = "{certs.server}"\n'
+              f'private-key = "{certs.server_key}"\n[http]\nlisten = ""\n')
+    broker = broker_factory(config=config)
+    m = _WSS.search(broker.log)
+    assert m, broker.log
+    url = f"wss://127.0.0.1:{m.group(1)}/"
+    q = queue("wss")
+    r = node(url, "send-subscribe", destination=q, body="over wss", ca_file=certs.ca)
+    assert r["protocol"] == "v12.stomp"
+    assert r["message"]["body"] == "over wss"
+    final, status, _ = run_js([STOMP_NODE, url, "send-subscribe",
+                               json.dumps({"destination": q, "ca_file": certs.untrusted, "timeout_ms": 5000})])
+    assert status != 0, final
+    # The message sent over wss is durable like any other: a TCP client reads a second one.
+    node(url, "send", destination=q, bodies=["second"], ca_file=certs.ca)
+    assert [m.body for m in consume_all(broker, q, expected=1)] == ["second"]

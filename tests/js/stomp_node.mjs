@@ -7,14 +7,15 @@
 //   node tests/js/stomp_node.mjs WS-URL SCENARIO [OPTIONS-JSON]
 //
 // OPTIONS-JSON is an object; every scenario reads `timeout_ms` (default 15000: how long any one
-// wait may take) and `debug` (true: stompjs's debug lines on stderr), and the keys its comment
-// names. Output, on stdout, one JSON object a line:
+// wait may take), `debug` (true: stompjs's debug lines on stderr), `ca_file` (a wss:// URL: the
+// CA certificate, PEM, that signed the broker's), and the keys its comment names. Output, on stdout, one JSON object a line:
 //   {"event": NAME, ...}   progress the caller may act on (e.g. "subscribed", "connected")
 //   {"result": {...}}      the last line when the scenario ran to its end (exit status 0)
 //   {"error": TEXT, ...}   the last line when it failed (exit status 1), with what it had seen
 // The caller asserts on the result: a scenario checks only what it must to go on (it waits for
 // the frames it expects) and reports everything it saw.
 
+import { readFileSync } from 'node:fs';
 import { Client } from '@stomp/stompjs';
 import WebSocket from 'ws';
 
@@ -23,6 +24,8 @@ const PROTOCOLS = ['v12.stomp', 'v11.stomp', 'v10.stomp'];
 const [url, scenarioName, optionsText] = process.argv.slice(2);
 const opts = optionsText ? JSON.parse(optionsText) : {};
 const TIMEOUT = opts.timeout_ms ?? 15000;
+// wss://: trust the test CA (and only it) for the broker's certificate.
+const TLS_OPTIONS = opts.ca_file ? { ca: readFileSync(opts.ca_file) } : {};
 const started = Date.now();
 
 function emit(obj) {
@@ -126,7 +129,7 @@ function frameJson(frame) {
 }
 
 class Session extends Waitable {
-  constructor(config = {}, { wsOptions = {}, protocols = PROTOCOLS } = {}) {
+  constructor(config = {}, { wsOptions = TLS_OPTIONS, protocols = PROTOCOLS } = {}) {
     super();
     this.debugLines = [];
     this.messages = []; // {subscription, frame, json}
@@ -370,7 +373,7 @@ class RawWs extends Waitable {
     this.opened = false;
     this.response = null; // a refused upgrade: {status, headers, body}
     this.errors = [];
-    const options = { perMessageDeflate: false };
+    const options = { perMessageDeflate: false, ...TLS_OPTIONS };
     if (origin) options.origin = origin;
     if (headers) options.headers = headers;
     this.ws = new WebSocket(url, protocols, options);
