@@ -168,8 +168,10 @@ json::object session_json(const console_session& s, const http_context& context)
           {"expires_in", context.console->timeout().count() / 1000}};
 }
 
-std::string session_cookie(std::string_view id, std::chrono::milliseconds lifetime) {
-  return fmt::format("{}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}", kCookie, id, lifetime.count() / 1000);
+// A cookie for the browser's session (no Max-Age: the broker ends an idle session, not the
+// browser at a fixed time after login); `clear` makes the browser drop it.
+std::string session_cookie(std::string_view id, bool clear = false) {
+  return fmt::format("{}={}; Path=/; HttpOnly; SameSite=Strict{}", kCookie, id, clear ? "; Max-Age=0" : "");
 }
 
 // A state-changing request must come from the console's own pages: its Origin, when the browser
@@ -179,7 +181,8 @@ std::string cross_site_problem(const http_request& req, const http_context& cont
   auto origin_it = req.find(http::field::origin);
   std::optional<std::string_view> origin;
   if (origin_it != req.end()) origin = std::string_view(origin_it->value().data(), origin_it->value().size());
-  if (!origin_allowed(origin, header(req, "Host"), context.allowed_origins))
+  if (!origin_allowed(origin, header(req, "Host"), context.allowed_origins,
+                      {.any_loopback = true, .own_host = !context.access()->any_host}))
     return "forbidden: a request from another site (Origin " + loggable(std::string(*origin)) + ")";
   if (session && !same_secret(header(req, kCsrfHeader), session->csrf))
     return "forbidden: the request lacks the session's X-Escrow-CSRF header";
@@ -225,7 +228,7 @@ asio::awaitable<http_response> login(const http_request& req, http_context& cont
   console_session s = context.console->create(user, !a.denied);
   spdlog::info("http: console login by {} from {}", user.user.empty() ? "anonymous" : loggable(user.user), peer_ip);
   auto res = json_answer(req, http::status::ok, session_json(s, context));
-  res.set(http::field::set_cookie, session_cookie(s.id, context.console->timeout()));
+  res.set(http::field::set_cookie, session_cookie(s.id));
   co_return res;
 }
 
@@ -307,7 +310,7 @@ asio::awaitable<http_response> api(const http_request& req, http_context& contex
     if (req.method() != http::verb::post) co_return json_error(req, http::status::method_not_allowed, "use POST");
     context.console->end(s->id);
     auto res = make(req, http::status::no_content, "application/json", "");
-    res.set(http::field::set_cookie, session_cookie("", std::chrono::milliseconds(0)));
+    res.set(http::field::set_cookie, session_cookie("", true));
     co_return res;
   }
   if (rest == "metrics") {
@@ -364,6 +367,15 @@ asio::awaitable<http_response> answer_console(const http_request& req, http_cont
 
 std::optional<console_user> console_user_of(const http_request& req, http_context& context) {
   if (!context.console) return std::nullopt;
+  // The cookie is sent by every page of the same site, which includes any port of 127.0.0.1: its
+  // user goes only to a page of this endpoint (its own origin, or an allowed one), or to a client
+  // that is no browser (no Origin).
+  auto origin_it = req.find(http::field::origin);
+  std::optional<std::string_view> origin;
+  if (origin_it != req.end()) origin = std::string_view(origin_it->value().data(), origin_it->value().size());
+  if (!origin_allowed(origin, header(req, "Host"), context.allowed_origins,
+                      {.any_loopback = false, .own_host = !context.access()->any_host}))
+    return std::nullopt;
   auto s = context.console->find(cookie(req, kCookie));
   if (!s) return std::nullopt;
   return s->user;

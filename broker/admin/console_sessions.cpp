@@ -27,6 +27,18 @@ console_session console_sessions::create(console_user user, bool admin) {
   std::lock_guard lock(mutex_);
   auto now = clock::now();
   expire(now);
+  // The user's own oldest session first, when they hold their share already.
+  std::size_t theirs = 0;
+  for (const auto& id : by_use_) theirs += sessions_.at(id).session.user.user == s.user.user;
+  for (auto it = by_use_.begin(); theirs >= kMaxSessionsPerUser && it != by_use_.end();) {
+    if (sessions_.at(*it).session.user.user != s.user.user) {
+      ++it;
+      continue;
+    }
+    sessions_.erase(*it);
+    it = by_use_.erase(it);
+    --theirs;
+  }
   while (sessions_.size() >= max_ && !by_use_.empty()) {
     sessions_.erase(by_use_.front());
     by_use_.pop_front();

@@ -3,7 +3,9 @@
 // HttpOnly, SameSite=Strict cookie, with a CSRF token of its own that every state-changing request
 // must repeat in a header. A session ends after [http] session-timeout-ms without a request, at
 // logout, or when [http] max-sessions are held and a new login needs the room of the one used
-// least recently. Thread-safe: HTTP connections on any strand use one instance (a mutex).
+// least recently; one user holds at most kMaxSessionsPerUser (a new login of theirs ends their own
+// oldest), so that one account cannot log every operator out by logging in over and over.
+// Thread-safe: HTTP connections on any strand use one instance (a mutex).
 #pragma once
 
 #include <chrono>
@@ -28,6 +30,7 @@ struct console_session {
 
 class console_sessions {
  public:
+  static constexpr std::size_t kMaxSessionsPerUser = 16;
   using clock = std::chrono::steady_clock;
   console_sessions(std::chrono::milliseconds timeout, std::size_t max) : timeout_(timeout), max_(max) {}
 

@@ -128,6 +128,10 @@ asio::awaitable<response> answer(const http::request<http::string_body>& req, ht
                             "misdirected request: Host '" + printable(host) +
                                 "' is not a name of this endpoint (an operator may add it to [http] allowed-hosts)\n");
   }
+  // /stomp is STOMP's to authenticate (its CONNECT), not the bearer token's.
+  if (path == "/stomp" && context.upgrade)
+    co_return make_response(req, http::status::upgrade_required, text,
+                            "upgrade required: /stomp serves STOMP over WebSocket (RFC 6455, subprotocol v12.stomp)\n");
   // The console authenticates with its session cookie (console_api.h), not the bearer token.
   if (context.console && is_console_path(path)) {
     auto op = answer_console(req, context, peer_ip, loopback);  // named: see console_api.cpp's run_admin
@@ -158,9 +162,6 @@ asio::awaitable<response> answer(const http::request<http::string_body>& req, ht
     res.set(http::field::allow, "GET, HEAD");
     co_return res;
   }
-  if (path == "/stomp" && context.upgrade)
-    co_return make_response(req, http::status::upgrade_required, text,
-                            "upgrade required: /stomp serves STOMP over WebSocket (RFC 6455, subprotocol v12.stomp)\n");
   if (path != "/metrics" && path != "/status" && path != "/health")
     co_return make_response(req, http::status::not_found, text,
                             "not found: this endpoint serves /metrics, /status and /health\n");

@@ -76,7 +76,7 @@ void write_broker(std::string& out, const metrics_snapshot& s) {
   out += fmt::format("escrow_build_info{{version=\"{}\"}} 1\n", escape_label_value(s.version));
   single(out, "escrow_uptime_seconds", "gauge", "Seconds since escrowd started.", s.uptime_seconds);
   single(out, "escrow_connections", "gauge", "STOMP connections open now.", static_cast<double>(s.connections));
-  single(out, "escrow_websocket_connections_total", "counter",
+  single(out, "escrow_websocket_upgrades_total", "counter",
          "STOMP over WebSocket upgrades completed since start.", static_cast<double>(s.websocket_accepted));
   single(out, "escrow_websocket_connections", "gauge", "STOMP over WebSocket connections open now.",
          static_cast<double>(s.websocket_open));

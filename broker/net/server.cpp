@@ -245,7 +245,7 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, broker& core, const b
       continue;
     }
     std::optional<websocket_options> ws;
-    if (kind.websocket) ws = websocket_options{{}, {}, *kind.allowed_origins, kind.counters, 0};
+    if (kind.websocket) ws = websocket_options{{}, {}, *kind.allowed_origins, false, kind.counters, 0};
     if (kind.websocket && tls)
       start_session<wss_session>(wss_stream(std::move(socket), *tls), core, config, registry, std::move(slot),
                                  std::move(ws));
@@ -268,7 +268,9 @@ void serve_stomp_upgrades(http_context& http, broker& core, const broker_config&
     auto peer = socket.remote_endpoint(peer_error);
     if (peer_error) return;
     prelogin_slot slot;
-    if (std::string refusal = admit(peer, config, registry, prelogin, slot); !refusal.empty()) {
+    // A graceful stop has begun (its list of sessions to finish is made): no new session.
+    std::string refusal = core.input_stopped() ? "escrowd is stopping" : admit(peer, config, registry, prelogin, slot);
+    if (!refusal.empty()) {
       http.websocket.count(websocket_event::refused_limits);
       std::string bytes = http_refusal(refusal);
       boost::system::error_code ignored;
@@ -278,7 +280,7 @@ void serve_stomp_upgrades(http_context& http, broker& core, const broker_config&
       return;
     }
     websocket_options ws{std::move(upgrade.request), std::move(upgrade.user), config.http_allowed_origins,
-                         &http.websocket, 0};
+                         !http.access()->any_host, &http.websocket, 0};
     start_session<ws_session>(ws_stream(std::move(socket)), core, config, registry, std::move(slot), std::move(ws));
   };
 }

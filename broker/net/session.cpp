@@ -78,6 +78,16 @@ void log_first_byte_timeout(std::uint64_t id, const std::string& peer, std::uint
                   "closed", id, peer, ms);
 }
 
+// Whether the last frame of `bytes` is an ERROR. Its body (text, from the broker) holds no NUL, so
+// the NUL before its own ends the frame before it.
+bool ends_with_error_frame(std::string_view bytes) {
+  if (bytes.size() < 7) return false;
+  std::size_t start = bytes.rfind('\0', bytes.size() - 2);
+  start = start == std::string_view::npos ? 0 : start + 1;
+  while (start < bytes.size() && (bytes[start] == '\n' || bytes[start] == '\r')) ++start;
+  return bytes.substr(start).starts_with("ERROR\n");
+}
+
 // Why a WebSocket connection stopped being read, counted when it was bad input: a message over
 // the limit (Beast has closed it with 1009) or a broken WebSocket frame.
 void note_websocket_end(websocket_counters* counters, std::uint64_t id, const std::string& peer,
@@ -157,7 +167,9 @@ asio::awaitable<bool> basic_session<Stream>::tls_handshake() {
       if constexpr (kWs) return stream_.next_layer();
       else return stream_;
     }();
-    if (!co_await first_byte()) co_return false;
+    auto waiting = first_byte();  // named: see handshake()
+    bool spoke = co_await std::move(waiting);
+    if (!spoke) co_return false;
     watchdog_timer_.expires_at(started_ + std::chrono::milliseconds(config_.connect_timeout_ms));
     watchdog_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (ec || self->handshake_done_) return;
@@ -197,13 +209,20 @@ asio::awaitable<bool> basic_session<Stream>::websocket_handshake() {
     if constexpr (!kTls) {
       if (!ws_.request) {
         auto waiting = first_byte();  // named: see handshake()
-        if (bool spoke = co_await std::move(waiting); !spoke) co_return false;
+        bool spoke = co_await std::move(waiting);
+        if (!spoke) co_return false;
       }
     }
+    // The HTTP endpoint read the request: the client has spoken (limits.first-byte-timeout-ms
+    // no longer applies; connect-timeout-ms does).
+    if (ws_.request) received_any_ = true;
     handshake_timed_out_ = false;
     watchdog_timer_.expires_at(started_ + std::chrono::milliseconds(config_.connect_timeout_ms));
-    watchdog_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-      if (ec || self->ws_open_) return;
+    // Weak: a handshake that failed otherwise does not keep its session (and the connection slots
+    // it holds) until the timer runs out.
+    watchdog_timer_.async_wait([weak = this->weak_from_this()](const boost::system::error_code& ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->ws_open_) return;
       self->handshake_timed_out_ = true;
       self->close_socket();
     });
@@ -220,6 +239,7 @@ asio::awaitable<bool> basic_session<Stream>::websocket_handshake() {
       parser.body_limit(0);
       auto [ec, n] = co_await http::async_read(stream_.next_layer(), buffer, parser, kNoThrow);
       if (ec) {
+        watchdog_timer_.cancel();
         if (handshake_timed_out_) {
           timed_out();
         } else if (ec == http::error::end_of_stream || closing_) {
@@ -245,7 +265,7 @@ asio::awaitable<bool> basic_session<Stream>::websocket_handshake() {
     std::optional<std::string_view> origin;
     if (auto it = req.find(http::field::origin); it != req.end()) origin = std::string_view(it->value().data(), it->value().size());
     std::string_view host(req[http::field::host].data(), req[http::field::host].size());
-    if (!origin_allowed(origin, host, ws_.allowed_origins)) {
+    if (!origin_allowed(origin, host, ws_.allowed_origins, {.any_loopback = true, .own_host = ws_.own_host_origin})) {
       refuse(403, "forbidden: the origin '" + loggable(*origin) +
                                        "' may not open STOMP connections here (an operator may add it to "
                                        "allowed-origins)",
@@ -285,6 +305,7 @@ asio::awaitable<bool> basic_session<Stream>::websocket_handshake() {
     auto [ec] = co_await stream_.async_accept(req, kNoThrow);
     ws_.request.reset();
     if (ec || closing_ || handshake_timed_out_) {
+      watchdog_timer_.cancel();
       if (handshake_timed_out_) {
         timed_out();
       } else {
@@ -333,8 +354,13 @@ asio::awaitable<void> basic_session<Stream>::send_refusal() {
     res.set(http::field::connection, "close");
     res.body() = why + "\n";
     res.prepare_payload();
-    watchdog_timer_.expires_after(std::chrono::seconds(1));  // a peer that does not read is not waited for
+    // A peer that does not read its answer is not waited for.
+    watchdog_timer_.expires_after(std::chrono::seconds(1));
+    watchdog_timer_.async_wait([weak = this->weak_from_this()](const boost::system::error_code& ec) {
+      if (auto self = weak.lock(); self && !ec) self->close_socket();
+    });
     auto [ec, n] = co_await http::async_write(stream_.next_layer(), res, kNoThrow);
+    watchdog_timer_.cancel();
     close_socket();
   }
   co_return;
@@ -413,8 +439,9 @@ void basic_session<Stream>::send_and_close(std::string bytes) {
 
 template <typename Stream>
 void basic_session<Stream>::enqueue(std::string bytes, bool close_after) {
-  // An ERROR that ends the connection: over WebSocket it closes with 1008 (policy violation).
-  if (close_after && bytes.starts_with("ERROR\n")) ws_close_code_ = boost::beast::websocket::close_code::policy_error;
+  // An ERROR that ends the connection (the last frame: frames queued before it may come first)
+  // closes a WebSocket with 1008 (policy violation).
+  if (close_after && ends_with_error_frame(bytes)) ws_close_code_ = boost::beast::websocket::close_code::policy_error;
   if (!bytes.empty()) outgoing_.push_back(std::move(bytes));
   if (close_after) closing_ = true;
   wake_writer_.cancel();

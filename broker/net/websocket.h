@@ -38,7 +38,10 @@ struct websocket_options {
   // (a dedicated [[websocket-listener]]).
   std::optional<upgrade_request> request;
   std::optional<console_user> console;          // the console session's user, from its cookie
-  std::vector<std::string> allowed_origins;     // besides loopback and the request's own host
+  std::vector<std::string> allowed_origins;     // besides loopback (and the request's own host)
+  // Whether an Origin naming the request's own Host passes: only where the HTTP endpoint checked
+  // the Host (/stomp without allowed-hosts "*"); a dedicated listener has no Host check.
+  bool own_host_origin = false;
   websocket_counters* counters = nullptr;       // must outlive the session
   std::size_t max_message_bytes = 0;            // 0: limits.max-frame-size plus 64 KiB
 };

@@ -226,14 +226,15 @@ std::string check_allowed_origin(std::string_view entry) {
 }
 
 bool origin_allowed(std::optional<std::string_view> origin, std::string_view host,
-                    const std::vector<std::string>& allowed) {
+                    const std::vector<std::string>& allowed, origin_rules rules) {
   if (!origin) return true;
   for (const auto& a : allowed)
     if (a == "*") return true;
   auto o = parse_origin(*origin);
   if (!o) return false;
-  if (is_loopback(o->host.host)) return true;
-  if (auto h = parse_host(host); h && h->host == o->host.host && h->port.value_or(o->https ? 443 : 80) == *o->host.port)
+  if (rules.any_loopback && is_loopback(o->host.host)) return true;
+  if (auto h = parse_host(host);
+      rules.own_host && h && h->host == o->host.host && h->port.value_or(o->https ? 443 : 80) == *o->host.port)
     return true;
   for (const auto& a : allowed)
     if (auto e = parse_origin(a); e && e->https == o->https && e->host.host == o->host.host && e->host.port == o->host.port)

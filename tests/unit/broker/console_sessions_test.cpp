@@ -57,6 +57,18 @@ TEST_SUITE("console sessions") {
     CHECK(sessions.find(s4.id));
   }
 
+  TEST_CASE("one user holds at most kMaxSessionsPerUser: their new login ends their own oldest") {
+    console_sessions sessions(std::chrono::minutes(30), 1000);
+    auto operator_session = sessions.create({"olga", {}}, true);
+    std::vector<console_session> mallory;
+    for (std::size_t i = 0; i < 3 * console_sessions::kMaxSessionsPerUser; ++i)
+      mallory.push_back(sessions.create({"mallory", {}}, false));
+    CHECK(sessions.find(operator_session.id));
+    CHECK(sessions.size() == 1 + console_sessions::kMaxSessionsPerUser);
+    CHECK_FALSE(sessions.find(mallory.front().id));
+    CHECK(sessions.find(mallory.back().id));
+  }
+
   TEST_CASE("same_secret compares whole strings") {
     CHECK(same_secret("abc", "abc"));
     CHECK_FALSE(same_secret("abc", "abd"));

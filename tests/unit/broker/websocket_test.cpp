@@ -57,6 +57,15 @@ TEST_SUITE("websocket") {
     CHECK(origin_allowed("https://app.example:443", "broker.example:8161", app));
     CHECK_FALSE(origin_allowed("http://app.example", "broker.example:8161", app));       // another scheme
     CHECK_FALSE(origin_allowed("https://app.example:8443", "broker.example:8161", app)); // another port
+    // A dedicated listener checks no Host: a rebound name naming itself in both must not pass.
+    origin_rules no_host{.any_loopback = true, .own_host = false};
+    CHECK_FALSE(origin_allowed("http://attacker.example:61614", "attacker.example:61614", none, no_host));
+    CHECK(origin_allowed("http://localhost:3000", "attacker.example:61614", none, no_host));
+    // A console session's user: its own origin only, not any page of this machine.
+    origin_rules strict{.any_loopback = false, .own_host = true};
+    CHECK_FALSE(origin_allowed("http://127.0.0.1:3000", "127.0.0.1:8161", none, strict));
+    CHECK(origin_allowed("http://127.0.0.1:8161", "127.0.0.1:8161", none, strict));
+    CHECK(origin_allowed(std::nullopt, "127.0.0.1:8161", none, strict));
     CHECK(origin_allowed("https://anything.example", "b:1", {"*"}));
     CHECK(origin_allowed("null", "b:1", {"*"}));
   }

@@ -72,12 +72,21 @@ std::optional<web_origin> parse_origin(std::string_view text);
 // "" when good, otherwise what is wrong.
 std::string check_allowed_origin(std::string_view entry);
 
+// Which origins besides those of the allowed list a check accepts.
+struct origin_rules {
+  // A loopback origin (localhost, 127.0.0.0/8, ::1; any scheme and port): a page of this machine.
+  bool any_loopback = true;
+  // An origin naming the request's own Host (a page this endpoint served). Only where the Host
+  // itself was checked (http_access's host_allowed, not with allowed-hosts "*"): elsewhere a
+  // page whose name was re-pointed here (DNS rebinding) would name itself in both.
+  bool own_host = true;
+};
+
 // Whether a request with Origin `origin` (nullopt: the header is absent, as from a client that is
-// not a browser) and Host `host` may go on: no Origin; a loopback origin (localhost, 127.0.0.0/8,
-// ::1; any scheme and port); an origin naming the request's own Host (the page came from this
-// endpoint); or one of `allowed` (exact scheme, host and port; "*" allows any). "null" and
-// anything malformed are refused.
+// not a browser) and Host `host` may go on: no Origin; an origin `rules` accept; or one of
+// `allowed` (exact scheme, host and port; "*" allows any). "null" and anything malformed are
+// refused.
 bool origin_allowed(std::optional<std::string_view> origin, std::string_view host,
-                    const std::vector<std::string>& allowed);
+                    const std::vector<std::string>& allowed, origin_rules rules = {});
 
 }  // namespace escrow::broker
