@@ -235,6 +235,10 @@ def uncomment_every_key(sample):
 def test_sample_with_every_key_switched_on_loads(tmp_path):
     text = uncomment_every_key((ROOT / "config/escrowd.toml.sample").read_text())
     assert "\nmap-size = 8589934592\n" in text and "\n[[address-settings]]\n" in text
+    # The HTTP and WebSocket listeners the sample shows are fixed ports the suite's other brokers
+    # may hold: any free port instead (a port set in the file that cannot be bound stops escrowd).
+    assert '\nlisten = "127.0.0.1:8161"\n' in text and '\nlisten = "127.0.0.1:61614"\n' in text
+    text = text.replace('"127.0.0.1:8161"', '"127.0.0.1:0"').replace('"127.0.0.1:61614"', '"127.0.0.1:0"')
     b = Broker(workdir=tmp_path, config=text)  # --listen and --data-dir override the sample's
     b.start()
     try:
