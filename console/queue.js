@@ -4,16 +4,14 @@
 // and for operators Purge and, for a queue of dead letters or expired messages, moving them back
 // to where they came from (ADMIN move, with the _HQ_ORIG_ADDRESS filter) or elsewhere.
 //
-// Browse takes a count (1 to 10,000) and always starts at the head of the queue, so a page of 50
-// asks for the messages up to the end of that page (one more, to know whether another follows)
-// and shows the last 50 of them.
+// Browse pages with a cursor: a page asks for 50 messages after the `next` of the page before
+// (kept for every page seen, so Previous goes back without a scan), however deep the queue.
 import {h, replace, route, facts, adminNote} from "./dom.js";
 import * as api from "./api.js";
 import * as fmt from "./format.js";
 import {confirmAction, notify, showError, actionButton} from "./ui.js";
 
 const kPageSize = 50;
-const kMaxBrowse = 10000;
 const kBodyShown = 64 * 1024;
 const kOriginHeader = "_HQ_ORIG_ADDRESS";
 
@@ -31,7 +29,9 @@ export function mount(view, ctx) {
   let stopped = false;
   let timer = null;
   let page = 0;
-  let browsed = [];  // the messages of the last browse
+  let browsed = [];  // the messages of the page shown
+  let cursors = [null];  // cursors[p]: the `after` that asks for page p (null: the head)
+  let more = false;  // another page follows the one shown
   let selected = null;  // message_id shown in the detail panel
 
   // -- details ------------------------------------------------------------------------------------
@@ -149,6 +149,8 @@ export function mount(view, ctx) {
     } catch (err) {
       showError(err);
     }
+    page = 0;  // the cursors past the head name messages that may have gone
+    cursors = [null];
     await Promise.all([loadDetails(), loadMessages()]);
   }
 
@@ -170,19 +172,25 @@ export function mount(view, ctx) {
     } catch (err) {
       showError(err);
     }
+    page = 0;  // the cursors past the head name messages that may have gone
+    cursors = [null];
     await Promise.all([loadDetails(), loadMessages()]);
   }
 
   // -- messages -----------------------------------------------------------------------------------
 
   async function loadMessages() {
-    const wanted = Math.min(kMaxBrowse, (page + 1) * kPageSize + 1);
     replace(messages, h("h2", null, "Messages"), h("p", {class: "placeholder"}, "loading…"));
     try {
-      const r = await api.get("admin/browse", {name, count: wanted});
+      const params = {name, count: kPageSize};
+      if (cursors[page]) params.after = cursors[page];
+      const r = await api.get("admin/browse", params);
       if (stopped) return;
       browsed = r.messages || [];
-      renderMessages(wanted);
+      more = Boolean(r.more);
+      cursors.length = page + 1;
+      if (more) cursors.push(r.next);
+      renderMessages();
     } catch (err) {
       if (stopped) return;
       browsed = [];
@@ -195,11 +203,9 @@ export function mount(view, ctx) {
     renderActions();
   }
 
-  function renderMessages(wanted) {
+  function renderMessages() {
     const from = page * kPageSize;
-    const shown = browsed.slice(from, from + kPageSize);
-    const more = browsed.length > from + kPageSize;
-    const capped = !more && browsed.length >= kMaxBrowse;
+    const shown = browsed;
     const now = Date.now();
     const rows = shown.map((m) => {
       const origin = m.headers ? m.headers[kOriginHeader] : null;
@@ -229,8 +235,7 @@ export function mount(view, ctx) {
       h("h2", null, "Messages"),
       h("div", {class: "bar"},
         h("span", {class: "status-line"}, shown.length
-          ? `messages ${fmt.count(from + 1)}–${fmt.count(from + shown.length)} in delivery order` +
-            (capped ? " (browse shows the first 10,000)" : "")
+          ? `messages ${fmt.count(from + 1)}–${fmt.count(from + shown.length)} in delivery order`
           : page === 0 ? "no stored messages" : "no more messages"),
         refresh),
       h("div", {class: "scroll"}, h("table", {class: "data", id: "messages-table"},
@@ -242,7 +247,6 @@ export function mount(view, ctx) {
       panel);
     messages.dataset.count = String(browsed.length);
     messages.dataset.page = String(page + 1);
-    messages.dataset.asked = String(wanted);
     const again = shown.find((m) => m.message_id === selected);
     if (again) showMessage(again, rows[shown.indexOf(again)]);
   }

@@ -326,6 +326,7 @@ json::object config_json(const broker_config& c) {
   http["allowed-origins"] = strings(c.http_allowed_origins);
   http["session-timeout-ms"] = c.http_session_timeout_ms;
   http["max-sessions"] = c.http_max_sessions;
+  http["max-sessions-per-user"] = c.http_max_sessions_per_user;
   http["allowed-hosts"] = strings(c.http_allowed_hosts);
   http["token-file"] = c.http_token_file;
   http["max-queue-metrics"] = c.max_queue_metrics;

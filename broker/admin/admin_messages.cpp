@@ -104,6 +104,25 @@ std::optional<admin_outcome> sweep_running(const admin_core& core, const queue_v
 
 }  // namespace
 
+namespace {
+
+// A browse cursor, "PRIORITY:MESSAGE-ID" (the `next` of a page); nullopt when malformed.
+std::optional<storage::entry_key> parse_browse_cursor(std::string_view text, std::uint32_t queue_id) {
+  auto colon = text.find(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  unsigned priority = 10;
+  std::uint64_t id = 0;
+  std::string_view p = text.substr(0, colon), m = text.substr(colon + 1);
+  auto pr = std::from_chars(p.data(), p.data() + p.size(), priority);
+  auto mr = std::from_chars(m.data(), m.data() + m.size(), id);
+  if (p.empty() || m.empty() || pr.ec != std::errc() || pr.ptr != p.data() + p.size() || priority > 9 ||
+      mr.ec != std::errc() || mr.ptr != m.data() + m.size())
+    return std::nullopt;
+  return storage::entry_key{queue_id, static_cast<std::uint8_t>(priority), id};
+}
+
+}  // namespace
+
 admin_outcome admin_browse(admin_core& core, const frame& f) {
   std::string name(f.get("name"));
   std::optional<queue_view> q = core.find_queue(name);
@@ -114,9 +133,21 @@ admin_outcome admin_browse(admin_core& core, const frame& f) {
     if (ec != std::errc() || end != text.data() + text.size() || count == 0 || count > kMaxBrowse)
       return {"invalid", "invalid count '" + std::string(text) + "': use 1 to " + std::to_string(kMaxBrowse), {}};
   }
+  // `after`: the `next` of the page before, "PRIORITY:MESSAGE-ID" of its last message.
+  std::optional<storage::entry_key> after;
+  if (const std::string* text = f.find("after")) {
+    auto k = parse_browse_cursor(*text, q->id);
+    if (!k)
+      return {"invalid", "invalid after '" + loggable(*text) + "': give the next of the page before (PRIORITY:MESSAGE-ID)",
+              {}};
+    after = k;
+  }
   std::vector<stored_entry> entries;
-  if (storage::status s = read_stored_entries(core.store(), q->id, count, true, entries); !s.ok())
+  // One more than asked: whether another page follows.
+  if (storage::status s = read_stored_entries(core.store(), q->id, count + 1, true, entries, after); !s.ok())
     return {"refused", "cannot read queue " + name + ": " + s.message(), {}};
+  bool more = entries.size() > count;
+  if (more) entries.resize(count);
   json::array messages;
   for (const auto& e : entries) {
     json::object m{{"message_id", e.key.message_id},
@@ -140,7 +171,10 @@ admin_outcome admin_browse(admin_core& core, const frame& f) {
     }
     messages.push_back(std::move(m));
   }
-  return {"ok", {}, to_json(json::object{{"queue", q->name}, {"messages", std::move(messages)}})};
+  json::object answer{{"queue", q->name}, {"messages", std::move(messages)}, {"more", more}};
+  if (more)
+    answer["next"] = std::to_string(entries.back().key.priority) + ":" + std::to_string(entries.back().key.message_id);
+  return {"ok", {}, to_json(std::move(answer))};
 }
 
 void admin_purge(admin_core& core, const frame& f, admin_done done) {

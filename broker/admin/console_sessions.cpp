@@ -30,7 +30,7 @@ console_session console_sessions::create(console_user user, bool admin) {
   // The user's own oldest session first, when they hold their share already.
   std::size_t theirs = 0;
   for (const auto& id : by_use_) theirs += sessions_.at(id).session.user.user == s.user.user;
-  for (auto it = by_use_.begin(); theirs >= kMaxSessionsPerUser && it != by_use_.end();) {
+  for (auto it = by_use_.begin(); theirs >= max_per_user_ && it != by_use_.end();) {
     if (sessions_.at(*it).session.user.user != s.user.user) {
       ++it;
       continue;

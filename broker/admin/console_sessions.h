@@ -3,8 +3,8 @@
 // HttpOnly, SameSite=Strict cookie, with a CSRF token of its own that every state-changing request
 // must repeat in a header. A session ends after [http] session-timeout-ms without a request, at
 // logout, or when [http] max-sessions are held and a new login needs the room of the one used
-// least recently; one user holds at most kMaxSessionsPerUser (a new login of theirs ends their own
-// oldest), so that one account cannot log every operator out by logging in over and over.
+// least recently; one user holds at most [http] max-sessions-per-user (a new login of theirs ends
+// their own oldest), so that one account cannot log every operator out by logging in over and over.
 // Thread-safe: HTTP connections on any strand use one instance (a mutex).
 #pragma once
 
@@ -30,9 +30,9 @@ struct console_session {
 
 class console_sessions {
  public:
-  static constexpr std::size_t kMaxSessionsPerUser = 16;
   using clock = std::chrono::steady_clock;
-  console_sessions(std::chrono::milliseconds timeout, std::size_t max) : timeout_(timeout), max_(max) {}
+  console_sessions(std::chrono::milliseconds timeout, std::size_t max, std::size_t max_per_user)
+      : timeout_(timeout), max_(max), max_per_user_(max_per_user) {}
 
   console_session create(console_user user, bool admin);
   // The live session of `id` (its idle time starts again), or nullopt.
@@ -51,6 +51,7 @@ class console_sessions {
 
   std::chrono::milliseconds timeout_;
   std::size_t max_;
+  std::size_t max_per_user_;
   std::mutex mutex_;
   std::unordered_map<std::string, entry> sessions_;  // by id; guarded by mutex_
   std::list<std::string> by_use_;                    // ids, least recently used first

@@ -352,9 +352,10 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, http_context& context
 
 }  // namespace
 
-void http_context::use_console(std::chrono::milliseconds session_timeout, std::size_t max_sessions, authenticator* auth,
+void http_context::use_console(std::chrono::milliseconds session_timeout, std::size_t max_sessions,
+                               std::size_t max_sessions_per_user, authenticator* auth,
                                std::vector<std::string> origins) {
-  console = std::make_shared<console_sessions>(session_timeout, max_sessions);
+  console = std::make_shared<console_sessions>(session_timeout, max_sessions, max_sessions_per_user);
   console_auth = auth;
   allowed_origins = std::move(origins);
 }

@@ -330,6 +330,7 @@ toml_keys http_keys(const std::string& path, broker_config& config) {
           {"allowed-origins", origins_field(config.http_allowed_origins, check_allowed_origin)},
           {"session-timeout-ms", unsigned_field(config.http_session_timeout_ms, 1000, 7 * 86'400'000ULL)},
           {"max-sessions", unsigned_field(config.http_max_sessions, 1, 1000000)},
+          {"max-sessions-per-user", unsigned_field(config.http_max_sessions_per_user, 1, 1000000)},
           {"allowed-hosts", [&config](const toml::node& n) -> std::string {
              const toml::array* list = n.as_array();
              if (!list) return "must be an array of host names, e.g. [\"metrics.example.com\"]";

@@ -125,6 +125,7 @@ const config_key kConfigKeys[] = {
     {"http.allowed-origins", same<&C::http_allowed_origins>},
     {"http.session-timeout-ms", same<&C::http_session_timeout_ms>},
     {"http.max-sessions", same<&C::http_max_sessions>},
+    {"http.max-sessions-per-user", same<&C::http_max_sessions_per_user>},
     {"websocket-listener", same_websocket_listeners},
     {"heartbeat", same_heartbeat},
     {"tls-listener", same_tls_listeners},

@@ -18,12 +18,24 @@ bool read_record(const storage::store& s, const storage::entry_key& key, std::st
 }
 
 storage::status read_stored_entries(const storage::store& s, std::uint32_t queue_id, std::size_t limit,
-                                    bool with_messages, std::vector<stored_entry>& out) {
+                                    bool with_messages, std::vector<stored_entry>& out,
+                                    std::optional<storage::entry_key> after) {
   const std::string prefix = storage::queue_prefix(queue_id);
+  // Where the scan starts: the queue's first entry, or the first key in queue order past `after`
+  // (the next message id of its priority; past the last id, the next priority's first).
+  std::string from = prefix;
+  if (after) {
+    storage::entry_key next{queue_id, after->priority, after->message_id + 1};
+    if (after->message_id == UINT64_MAX) {
+      if (after->priority == 0) return {};
+      next = {queue_id, static_cast<std::uint8_t>(after->priority - 1), 0};
+    }
+    from = next.encode();
+  }
   // Keys and values are copied out first: the message records of topic messages are read in
   // transactions of their own, after the scan's has ended.
   std::vector<std::pair<storage::entry_key, std::string>> found;
-  storage::status st = s.scan(storage::table::entries, prefix, prefix, [&](std::string_view k, std::string_view v) {
+  storage::status st = s.scan(storage::table::entries, from, prefix, [&](std::string_view k, std::string_view v) {
     storage::entry_key key;
     if (!storage::entry_key::decode(k, key)) return true;
     found.emplace_back(key, with_messages ? std::string(v) : std::string(v.substr(0, 4)));

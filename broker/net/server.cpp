@@ -376,7 +376,7 @@ bool start_http(asio::io_context& io, const asio::any_io_executor& accepts, cons
                  "points here (DNS rebinding) can read /metrics and /status; set [http] token-file too");
   http.set_access(std::move(access));
   http.use_console(std::chrono::milliseconds(config.http_session_timeout_ms), config.http_max_sessions,
-                   http.core.authentication(), config.http_allowed_origins);
+                   config.http_max_sessions_per_user, http.core.authentication(), config.http_allowed_origins);
   std::string host = bound.address().is_v6() ? "[" + bound.address().to_string() + "]" : bound.address().to_string();
   spdlog::info("web console at http://{}:{}/{}", host, bound.port(),
                http.console_auth ? "" : " (no users file: loopback clients only, no login)");

@@ -132,6 +132,42 @@ def test_browse_leaves_the_queue_unchanged(broker, stomp_client):
     assert got == [f"body-{i}" for i in range(5)]
 
 
+def test_browse_pages_with_a_cursor_in_queue_order_to_the_end(broker, stomp_client, raw):
+    """ADMIN browse's `next` and `after`: pages of a queue in delivery order (priority first), each
+    starting after the last message of the one before, until `more` is false; a malformed cursor
+    is `invalid`. The console pages queues deeper than one browse this way."""
+    q = unique("pages")
+    c = stomp_client(broker)
+    for i in range(25):
+        c.send(f"/queue/{q}", f"m{i}", headers={"priority": "9" if i % 5 == 0 else "4"})
+    expected = [f"m{i}" for i in range(25) if i % 5 == 0] + [f"m{i}" for i in range(25) if i % 5]
+    s = raw(broker)
+    s.connect()
+
+    def browse(*extra):
+        s.send(frame_bytes("ADMIN", [("admin-command", "browse"), ("name", q), ("count", "7"), *extra,
+                                     ("receipt", "b")]))
+        f = s.read_frame()
+        assert f.headers["admin-status"] == "ok", f.headers
+        return json.loads(f.body)
+
+    seen, page, pages = [], browse(), 1
+    while True:
+        seen += [m["body"] for m in page["messages"]]
+        if not page["more"]:
+            assert "next" not in page
+            break
+        last = page["messages"][-1]
+        assert page["next"] == f'{last["priority"]}:{last["message_id"]}'
+        page, pages = browse(("after", page["next"])), pages + 1
+    assert seen == expected and pages == 4
+    assert queue_row(broker, q)["depth"] == 25  # browsing changed nothing
+    for bad in ("", "4", "x:1", "10:1", "4:", "4:1x"):
+        s.send(frame_bytes("ADMIN", [("admin-command", "browse"), ("name", q), ("after", bad), ("receipt", "bad")]))
+        f = s.read_frame()
+        assert f.headers["admin-status"] == "invalid" and "invalid after" in f.headers["message"], (bad, f.headers)
+
+
 def test_browse_answers_valid_json_for_bytes_that_are_not_utf8(broker, raw):
     """A header value and a body that are not UTF-8: each stray byte is U+FFFD in the JSON
     (docs/operations.md), body_utf8 says so, and the escrow command reads the answer."""

@@ -179,6 +179,7 @@ websocket = false
 allowed-origins = ["https://app.example.com"]
 session-timeout-ms = 60000
 max-sessions = 5
+max-sessions-per-user = 3
 allowed-hosts = ["metrics.example.com"]
 token-file = "/etc/escrow/token"
 max-queue-metrics = 5

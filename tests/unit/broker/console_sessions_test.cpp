@@ -11,7 +11,7 @@ using namespace escrow::broker;
 
 TEST_SUITE("console sessions") {
   TEST_CASE("a session is found by its id, with its user; ids and tokens are random and distinct") {
-    console_sessions sessions(std::chrono::minutes(30), 10);
+    console_sessions sessions(std::chrono::minutes(30), 10, 16);
     console_session a = sessions.create({"alice", {"operators"}}, true);
     console_session b = sessions.create({"bob", {}}, false);
     CHECK(a.id.size() == 64);
@@ -32,7 +32,7 @@ TEST_SUITE("console sessions") {
   }
 
   TEST_CASE("a session ends after the idle timeout; a request starts it again") {
-    console_sessions sessions(std::chrono::milliseconds(200), 10);
+    console_sessions sessions(std::chrono::milliseconds(200), 10, 16);
     console_session a = sessions.create({"alice", {}}, false);
     console_session b = sessions.create({"bob", {}}, false);
     for (int i = 0; i < 4; ++i) {
@@ -44,7 +44,7 @@ TEST_SUITE("console sessions") {
   }
 
   TEST_CASE("at most max-sessions: a new login ends the least recently used") {
-    console_sessions sessions(std::chrono::minutes(30), 3);
+    console_sessions sessions(std::chrono::minutes(30), 3, 16);
     auto s1 = sessions.create({"u1", {}}, false);
     auto s2 = sessions.create({"u2", {}}, false);
     auto s3 = sessions.create({"u3", {}}, false);
@@ -57,14 +57,15 @@ TEST_SUITE("console sessions") {
     CHECK(sessions.find(s4.id));
   }
 
-  TEST_CASE("one user holds at most kMaxSessionsPerUser: their new login ends their own oldest") {
-    console_sessions sessions(std::chrono::minutes(30), 1000);
+  TEST_CASE("one user holds at most max-sessions-per-user: their new login ends their own oldest") {
+    constexpr std::size_t kPerUser = 16;
+    console_sessions sessions(std::chrono::minutes(30), 1000, kPerUser);
     auto operator_session = sessions.create({"olga", {}}, true);
     std::vector<console_session> mallory;
-    for (std::size_t i = 0; i < 3 * console_sessions::kMaxSessionsPerUser; ++i)
+    for (std::size_t i = 0; i < 3 * kPerUser; ++i)
       mallory.push_back(sessions.create({"mallory", {}}, false));
     CHECK(sessions.find(operator_session.id));
-    CHECK(sessions.size() == 1 + console_sessions::kMaxSessionsPerUser);
+    CHECK(sessions.size() == 1 + kPerUser);
     CHECK_FALSE(sessions.find(mallory.front().id));
     CHECK(sessions.find(mallory.back().id));
   }

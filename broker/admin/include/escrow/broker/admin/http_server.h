@@ -88,8 +88,8 @@ struct http_context {
   std::shared_ptr<console_sessions> console;
   authenticator* console_auth = nullptr;
   std::vector<std::string> allowed_origins;
-  void use_console(std::chrono::milliseconds session_timeout, std::size_t max_sessions, authenticator* auth,
-                   std::vector<std::string> origins);
+  void use_console(std::chrono::milliseconds session_timeout, std::size_t max_sessions,
+                   std::size_t max_sessions_per_user, authenticator* auth, std::vector<std::string> origins);
   // Completes a snapshot from the core with what the endpoint knows (version, uptime, listeners,
   // WebSocket counts).
   void fill(metrics_snapshot& s) const;

@@ -184,6 +184,9 @@ struct broker_config {
   std::uint64_t http_session_timeout_ms = 30 * 60 * 1000;
   // [http] max-sessions: console sessions held at once; a login over it ends the oldest.
   std::uint32_t http_max_sessions = 1000;
+  // [http] max-sessions-per-user: console sessions one user holds at once; a new login of theirs
+  // ends their own least recently used (so one account cannot push everyone else out).
+  std::uint32_t http_max_sessions_per_user = 16;
   // [http] allowed-hosts: Host names (or addresses, "NAME:PORT" for one port, "*" for any) served
   // besides localhost, loopback addresses and the listen host (http_access.h). SIGHUP applies it.
   std::vector<std::string> http_allowed_hosts;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -28,10 +29,12 @@ struct stored_entry {
 bool read_record(const storage::store& s, const storage::entry_key& key, std::string_view value,
                  storage::message_record& out);
 
-// The stored entries of queue `queue_id` in queue order, at most `limit` (0: all). With
+// The stored entries of queue `queue_id` in queue order, at most `limit` (0: all), those after
+// `after` only when it is set (a page that goes on from the last entry of the one before). With
 // `with_messages`, each entry's message record is read too.
 storage::status read_stored_entries(const storage::store& s, std::uint32_t queue_id, std::size_t limit,
-                                    bool with_messages, std::vector<stored_entry>& out);
+                                    bool with_messages, std::vector<stored_entry>& out,
+                                    std::optional<storage::entry_key> after = std::nullopt);
 
 // The timestamp (epoch ms) of the queue's oldest stored message, 0 when it has none: the lowest
 // message id among the first entry of each priority, so at most ten short reads.
