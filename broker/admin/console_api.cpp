@@ -17,6 +17,7 @@
 #include <set>
 #include <variant>
 
+#include "await_core.h"
 #include "console_files.h"
 #include "console_sessions.h"
 #include "escrow/broker/admin/metrics_text.h"
@@ -77,6 +78,13 @@ std::string_view header(const http_request& req, std::string_view name) {
   return it == req.end() ? std::string_view{} : std::string_view(it->value().data(), it->value().size());
 }
 
+// The request's Origin header; nullopt when it has none (a client that is not a browser).
+std::optional<std::string_view> origin_of(const http_request& req) {
+  auto it = req.find(http::field::origin);
+  if (it == req.end()) return std::nullopt;
+  return std::string_view(it->value().data(), it->value().size());
+}
+
 // The value of cookie `name` in the request's Cookie headers, "" when absent.
 std::string_view cookie(const http_request& req, std::string_view name) {
   for (auto it = req.find(http::field::cookie); it != req.end() && it->name() == http::field::cookie; ++it) {
@@ -133,21 +141,6 @@ std::optional<std::vector<std::pair<std::string, std::string>>> query_parameters
   return out;
 }
 
-// Runs `start(callback)` and resumes the coroutine, on its own executor, with what the callback
-// is given (from whatever thread calls it).
-template <typename T, typename Start>
-asio::awaitable<T> wait_for(Start start) {
-  return asio::async_initiate<decltype(asio::use_awaitable), void(T)>(
-      [start = std::move(start)](auto handler) mutable {
-        auto h = std::make_shared<decltype(handler)>(std::move(handler));
-        start([h](T value) {
-          auto ex = asio::get_associated_executor(*h);
-          asio::post(ex, [h, value = std::move(value)]() mutable { (*h)(std::move(value)); });
-        });
-      },
-      asio::use_awaitable);
-}
-
 asio::awaitable<http_admin_answer> run_admin(http_context& context, const console_user& user, frame f) {
   // Every awaitable named, none a temporary of the co_await expression: g++ 12 destroyed such
   // temporaries' members twice (free(): invalid pointer), as session.cpp notes.
@@ -178,9 +171,7 @@ std::string session_cookie(std::string_view id, bool clear = false) {
 // sends one, names this endpoint (or an allowed origin), and for an API call other than login it
 // repeats the session's CSRF token. "" when it may go on, else why not.
 std::string cross_site_problem(const http_request& req, const http_context& context, const console_session* session) {
-  auto origin_it = req.find(http::field::origin);
-  std::optional<std::string_view> origin;
-  if (origin_it != req.end()) origin = std::string_view(origin_it->value().data(), origin_it->value().size());
+  std::optional<std::string_view> origin = origin_of(req);
   if (!origin_allowed(origin, header(req, "Host"), context.allowed_origins,
                       {.any_loopback = true, .own_host = !context.access()->any_host}))
     return "forbidden: a request from another site (Origin " + loggable(std::string(*origin)) + ")";
@@ -221,11 +212,13 @@ asio::awaitable<http_response> login(const http_request& req, http_context& cont
     if (!verdict->ok) co_return json_error(req, http::status::unauthorized, verdict->problem);
     user = {verdict->user, verdict->roles};
   }
-  // Whether to offer the operations: the user may run `status` only with the admin permission.
-  frame probe{"ADMIN", {{"admin-command", "status"}}, {}};
-  auto probing = run_admin(context, user, std::move(probe));
-  http_admin_answer a = co_await std::move(probing);
-  console_session s = context.console->create(user, !a.denied);
+  // Whether to offer the operations (the broker checks every request all the same).
+  auto start = [&context, roles = user.roles](auto done) mutable {
+    context.core.holds_admin(std::move(roles), std::function<void(bool)>(std::move(done)));
+  };
+  auto probing = wait_for<bool>(std::move(start));
+  bool admin = co_await std::move(probing);
+  console_session s = context.console->create(user, admin);
   spdlog::info("http: console login by {} from {}", user.user.empty() ? "anonymous" : loggable(user.user), peer_ip);
   auto res = json_answer(req, http::status::ok, session_json(s, context));
   res.set(http::field::set_cookie, session_cookie(s.id));
@@ -370,9 +363,7 @@ std::optional<console_user> console_user_of(const http_request& req, http_contex
   // The cookie is sent by every page of the same site, which includes any port of 127.0.0.1: its
   // user goes only to a page of this endpoint (its own origin, or an allowed one), or to a client
   // that is no browser (no Origin).
-  auto origin_it = req.find(http::field::origin);
-  std::optional<std::string_view> origin;
-  if (origin_it != req.end()) origin = std::string_view(origin_it->value().data(), origin_it->value().size());
+  std::optional<std::string_view> origin = origin_of(req);
   if (!origin_allowed(origin, header(req, "Host"), context.allowed_origins,
                       {.any_loopback = false, .own_host = !context.access()->any_host}))
     return std::nullopt;

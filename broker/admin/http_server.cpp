@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "escrow/broker/core/broker.h"
+#include "await_core.h"
 #include "console_api.h"
 #include "console_sessions.h"
 #include "escrow/broker/admin/metrics_text.h"
@@ -56,21 +57,6 @@ constexpr int kShedPerPause = 256;
 // the client reads the answer instead of a reset.
 constexpr std::size_t kDrainLimit = 64 * 1024;
 constexpr auto kDrainTimeout = std::chrono::seconds(1);
-
-// Asks the core for a snapshot; completes on the caller's executor.
-template <typename Token>
-auto async_collect(broker& core, Token&& token) {
-  return asio::async_initiate<Token, void(metrics_snapshot)>(
-      [&core](auto handler) {
-        // The core takes a copyable std::function; the coroutine's handler is move-only.
-        auto h = std::make_shared<decltype(handler)>(std::move(handler));
-        core.collect_metrics([h](metrics_snapshot s) {
-          auto ex = asio::get_associated_executor(*h);
-          asio::post(ex, [h, s = std::move(s)]() mutable { (*h)(std::move(s)); });
-        });
-      },
-      token);
-}
 
 using response = http::response<http::string_body>;
 
@@ -166,7 +152,11 @@ asio::awaitable<response> answer(const http::request<http::string_body>& req, ht
     co_return make_response(req, http::status::not_found, text,
                             "not found: this endpoint serves /metrics, /status and /health\n");
 
-  metrics_snapshot s = co_await async_collect(context.core, asio::use_awaitable);
+  auto start = [&context](auto done) mutable {
+    context.core.collect_metrics(std::function<void(metrics_snapshot)>(std::move(done)));
+  };
+  auto collecting = wait_for<metrics_snapshot>(std::move(start));
+  metrics_snapshot s = co_await std::move(collecting);
   context.fill(s);
 
   if (path == "/metrics")

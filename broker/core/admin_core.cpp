@@ -304,7 +304,7 @@ class http_admin_outbound final : public outbound {
  public:
   explicit http_admin_outbound(std::function<void(std::string)> denied) : denied_(std::move(denied)) {}
   void send(std::string) override {}
-  void send_and_close(std::string bytes) override {
+  void send_and_close(std::string bytes, closing) override {
     frame_parser parser;
     std::vector<frame> frames;
     parser.feed(bytes, frames);
@@ -317,6 +317,14 @@ class http_admin_outbound final : public outbound {
 };
 
 }  // namespace
+
+void broker::holds_admin(std::vector<std::string> roles, std::function<void(bool)> done) {
+  impl_->post([m = impl_.get(), roles = std::move(roles), done = std::move(done)] {
+    connection c;  // holds_globally reads only the roles
+    c.info.roles = roles;
+    done(m->holds_globally(c, permission::admin));
+  });
+}
 
 void broker::run_admin(std::string user, std::vector<std::string> roles, frame f,
                        std::function<void(http_admin_answer)> done) {

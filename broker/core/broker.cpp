@@ -258,7 +258,7 @@ void broker::impl::error(connection& c, const std::string& problem, const frame*
   encode_to(bytes, e, c.info.version);
   c.input_closed = c.output_closed = true;
   spdlog::info("connection {}: ERROR {}", c.id, loggable(problem));  // it may quote what the client sent
-  c.out->send_and_close(std::move(bytes));
+  c.out->send_and_close(std::move(bytes), closing::after_error);
 }
 
 // Every record read here must decode: a corrupted store stops escrowd at start (exit status 1)
@@ -553,7 +553,7 @@ void broker::impl::handle_disconnect(const connection_ptr& c, const frame& f) {
       w.finish({});
     }
     c->output_closed = true;
-    c->out->send_and_close(std::move(bytes));
+    c->out->send_and_close(std::move(bytes), closing::done);
   });
 }
 

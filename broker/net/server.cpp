@@ -187,6 +187,19 @@ std::string http_refusal(std::string_view message) {
                      message.size() + 1, message);
 }
 
+// Refuses a WebSocket client before its session exists: a plain one reads a 503 naming why (best
+// effort, never blocking), a TLS one is closed (there is no channel before its handshake).
+template <typename Socket>
+void refuse_websocket(Socket& socket, bool tls, std::string_view message) {
+  boost::system::error_code ignored;
+  if (!tls) {
+    std::string bytes = http_refusal(message);
+    socket.non_blocking(true, ignored);
+    socket.write_some(asio::buffer(bytes), ignored);
+  }
+  socket.close(ignored);
+}
+
 // Makes and starts the session of an admitted connection.
 template <typename Session, typename Stream>
 void start_session(Stream stream, broker& core, const broker_config& config, session_registry& registry,
@@ -231,14 +244,7 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, broker& core, const b
     if (std::string refusal = admit(peer, config, registry, prelogin, slot); !refusal.empty()) {
       if (kind.websocket) {
         if (kind.counters) kind.counters->count(websocket_event::refused_limits);
-        if (!tls) {
-          std::string bytes = http_refusal(refusal);
-          boost::system::error_code ignored;
-          socket.non_blocking(true, ignored);
-          socket.write_some(asio::buffer(bytes), ignored);
-        }
-        boost::system::error_code ignored;
-        socket.close(ignored);
+        refuse_websocket(socket, tls != nullptr, refusal);
         continue;
       }
       refuse(socket, tls != nullptr, refusal, "the broker refused this connection; try again later\n");
@@ -272,11 +278,7 @@ void serve_stomp_upgrades(http_context& http, broker& core, const broker_config&
     std::string refusal = core.input_stopped() ? "escrowd is stopping" : admit(peer, config, registry, prelogin, slot);
     if (!refusal.empty()) {
       http.websocket.count(websocket_event::refused_limits);
-      std::string bytes = http_refusal(refusal);
-      boost::system::error_code ignored;
-      socket.non_blocking(true, ignored);
-      socket.write_some(asio::buffer(bytes), ignored);
-      socket.close(ignored);
+      refuse_websocket(socket, false, refusal);
       return;
     }
     websocket_options ws{std::move(upgrade.request), std::move(upgrade.user), config.http_allowed_origins,

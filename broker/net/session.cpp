@@ -78,16 +78,6 @@ void log_first_byte_timeout(std::uint64_t id, const std::string& peer, std::uint
                   "closed", id, peer, ms);
 }
 
-// Whether the last frame of `bytes` is an ERROR. Its body (text, from the broker) holds no NUL, so
-// the NUL before its own ends the frame before it.
-bool ends_with_error_frame(std::string_view bytes) {
-  if (bytes.size() < 7) return false;
-  std::size_t start = bytes.rfind('\0', bytes.size() - 2);
-  start = start == std::string_view::npos ? 0 : start + 1;
-  while (start < bytes.size() && (bytes[start] == '\n' || bytes[start] == '\r')) ++start;
-  return bytes.substr(start).starts_with("ERROR\n");
-}
-
 // Why a WebSocket connection stopped being read, counted when it was bad input: a message over
 // the limit (Beast has closed it with 1009) or a broken WebSocket frame.
 void note_websocket_end(websocket_counters* counters, std::uint64_t id, const std::string& peer,
@@ -425,25 +415,23 @@ template <typename Stream>
 void basic_session<Stream>::send(std::string bytes) {
   pending_bytes_.fetch_add(bytes.size(), std::memory_order_relaxed);
   asio::post(stream_.get_executor(), [self = shared_from_this(), bytes = std::move(bytes)]() mutable {
-    self->enqueue(std::move(bytes), false);
+    self->enqueue(std::move(bytes));
   });
 }
 
 template <typename Stream>
-void basic_session<Stream>::send_and_close(std::string bytes) {
+void basic_session<Stream>::send_and_close(std::string bytes, closing why) {
   pending_bytes_.fetch_add(bytes.size(), std::memory_order_relaxed);
-  asio::post(stream_.get_executor(), [self = shared_from_this(), bytes = std::move(bytes)]() mutable {
-    self->enqueue(std::move(bytes), true);
+  asio::post(stream_.get_executor(), [self = shared_from_this(), bytes = std::move(bytes), why]() mutable {
+    self->enqueue(std::move(bytes), why);
   });
 }
 
 template <typename Stream>
-void basic_session<Stream>::enqueue(std::string bytes, bool close_after) {
-  // An ERROR that ends the connection (the last frame: frames queued before it may come first)
-  // closes a WebSocket with 1008 (policy violation).
-  if (close_after && ends_with_error_frame(bytes)) ws_close_code_ = boost::beast::websocket::close_code::policy_error;
+void basic_session<Stream>::enqueue(std::string bytes, std::optional<closing> ending) {
+  if (ending == closing::after_error) ws_close_code_ = boost::beast::websocket::close_code::policy_error;
   if (!bytes.empty()) outgoing_.push_back(std::move(bytes));
-  if (close_after) closing_ = true;
+  if (ending) closing_ = true;
   wake_writer_.cancel();
 }
 
@@ -451,7 +439,6 @@ void basic_session<Stream>::enqueue(std::string bytes, bool close_after) {
 template <typename Stream>
 void basic_session<Stream>::fail(const std::string& problem, const std::optional<std::string>& receipt) {
   spdlog::info("connection {} ({}): ERROR {}", id_, peer_, problem);
-  ws_close_code_ = boost::beast::websocket::close_code::policy_error;
   send_error(problem, receipt);
 }
 
@@ -465,7 +452,7 @@ void basic_session<Stream>::send_error(const std::string& problem, const std::op
   e.add("content-length", std::to_string(e.body.size()));
   std::string bytes = encode(e);
   pending_bytes_.fetch_add(bytes.size(), std::memory_order_relaxed);
-  enqueue(std::move(bytes), true);
+  enqueue(std::move(bytes), closing::after_error);
 }
 
 template <typename Stream>
@@ -492,7 +479,7 @@ bool basic_session<Stream>::on_connect(const frame& f) {
     e.add("content-length", std::to_string(e.body.size()));
     std::string bytes = encode(e);
     pending_bytes_.fetch_add(bytes.size(), std::memory_order_relaxed);
-    enqueue(std::move(bytes), true);
+    enqueue(std::move(bytes), closing::after_error);
     return false;
   }
   std::uint64_t client_send = 0, client_receive = 0;

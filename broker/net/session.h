@@ -26,6 +26,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -64,7 +65,7 @@ class basic_session final : public session_base,
   // Starts the handshake (TLS) and the coroutines. The session keeps itself alive until all end.
   void start();
   void stop() override;
-  void finish() override { send_and_close({}); }
+  void finish() override { send_and_close({}, closing::done); }
   // Its place among the connections not yet logged in (prelogin.h): held until CONNECT succeeds
   // or the connection ends. Called by the accept loop before start().
   void hold(prelogin_slot slot) { prelogin_ = std::move(slot); }
@@ -72,7 +73,7 @@ class basic_session final : public session_base,
   void use_websocket(websocket_options options) { ws_ = std::move(options); }
 
   void send(std::string bytes) override;
-  void send_and_close(std::string bytes) override;
+  void send_and_close(std::string bytes, closing why) override;
   std::size_t pending_bytes() const override { return pending_bytes_.load(std::memory_order_relaxed); }
 
  private:
@@ -99,7 +100,8 @@ class basic_session final : public session_base,
   boost::asio::awaitable<login_result> authenticate(const frame& f);
   void fail(const std::string& problem, const std::optional<std::string>& receipt);
   void send_error(const std::string& problem, const std::optional<std::string>& receipt);
-  void enqueue(std::string bytes, bool close_after);
+  // Queues bytes to write; with `ending`, the connection closes once they are written.
+  void enqueue(std::string bytes, std::optional<closing> ending = std::nullopt);
   void close_socket();
   void coroutine_done();
 

@@ -83,6 +83,9 @@ class broker {
   // `done` is called on the core strand and must not block. Thread-safe.
   void run_admin(std::string user, std::vector<std::string> roles, frame f,
                  std::function<void(http_admin_answer)> done);
+  // Whether a user with `roles` holds the admin permission on the broker (what the console
+  // offers an operator); `done` is called on the core strand and must not block. Thread-safe.
+  void holds_admin(std::vector<std::string> roles, std::function<void(bool)> done);
 
   // A fresh id for a new connection. Thread-safe.
   std::uint64_t new_connection_id();
