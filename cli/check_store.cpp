@@ -70,6 +70,7 @@ void print_json(const std::string& dir, const check_report& r) {
                       {"prepared_branches", c.prepared_branches},
                       {"heuristic_branches", c.heuristic_branches},
                       {"expiries", c.expiries},
+                      {"scheduled", c.scheduled},
                       {"decisions", c.decisions},
                       {"duplicate_ids", c.duplicate_ids},
                       {"duplicate_addresses", c.duplicate_addresses},
@@ -128,6 +129,7 @@ void print_text(const std::string& dir, const check_report& r) {
             << "branches        " << c.prepared_branches << " prepared, " << c.heuristic_branches
             << " heuristically completed\n"
             << "expiry records  " << c.expiries << "\n"
+            << "scheduled       " << c.scheduled << "\n"
             << "decisions       " << c.decisions << " coordinated commits not yet done in their database\n"
             << "duplicate ids   " << c.duplicate_ids << " remembered for " << c.duplicate_addresses
             << (c.duplicate_addresses == 1 ? " address\n" : " addresses\n")

@@ -35,6 +35,10 @@ void run_backup(const settings& s, const output_options& o, const std::string& d
 void run_queues(const settings& s, const output_options& o);
 void run_queue_show(const settings& s, const output_options& o, const std::string& name);
 void run_browse(const settings& s, const output_options& o, const std::string& name, std::size_t count);
+// escrow scheduled list / deliver / delete (commands_queues.cpp); `ids` comma-separated, or `all`.
+void run_scheduled_list(const settings& s, const output_options& o, const std::string& name, std::size_t count);
+void run_scheduled_end(const settings& s, const output_options& o, const std::string& name, bool deliver,
+                       const std::string& ids, bool all);
 // Asks on a terminal unless `yes`; without a terminal and without `yes`: failure(exit_usage).
 void run_purge(const settings& s, const output_options& o, const std::string& name, bool yes);
 void run_move(const settings& s, const output_options& o, const std::string& from, const std::string& to,

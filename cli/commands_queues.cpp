@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ctime>
 #include <iostream>
 
 #include "admin_call.h"
@@ -19,10 +20,11 @@ constexpr std::chrono::seconds kSweepTimeout = std::chrono::hours(24);
 void run_queues(const settings& s, const output_options& o) {
   admin_answer a = admin_list(s, "queues", {"queues"});
   if (print_json(o, a)) return;
-  table t({"NAME", "KIND", "DEPTH", "IN-FLIGHT", "CONSUMERS", "ENQUEUED", "ACKED", "EXPIRED", "DEAD-LETTERED",
-           "OLDEST"});
+  table t({"NAME", "KIND", "DEPTH", "SCHEDULED", "IN-FLIGHT", "CONSUMERS", "ENQUEUED", "ACKED", "EXPIRED",
+           "DEAD-LETTERED", "OLDEST"});
   for (const auto& q : array(a.json, "queues"))
-    t.add({text(q, "name"), text(q, "kind"), text(q, "depth"), text(q, "in_flight"), text(q, "consumers"),
+    t.add({text(q, "name"), text(q, "kind"), text(q, "depth"), text(q, "scheduled"), text(q, "in_flight"),
+           text(q, "consumers"),
            text(q, "enqueued"), text(q, "acknowledged"), text(q, "expired"), text(q, "dead_lettered"),
            age(q, "oldest_age_ms")});
   t.print(std::cout);
@@ -54,6 +56,35 @@ void run_queue_show(const settings& s, const output_options& o, const std::strin
   t.print(std::cout);
 }
 
+namespace {
+
+// "2026-12-02 14:05:00 UTC (in 3 min)": a scheduled delivery time, for people.
+std::string delivery_time(std::uint64_t at_ms, std::uint64_t now_ms) {
+  std::time_t t = static_cast<std::time_t>(at_ms / 1000);
+  std::tm utc{};
+  gmtime_r(&t, &utc);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &utc);
+  std::string rel = at_ms > now_ms ? "in " + age_ms(at_ms - now_ms) : "due";
+  return std::string(when) + " (" + rel + ")";
+}
+
+void print_scheduled(const boost::json::value& messages) {
+  auto now = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  table t({"ID", "DELIVER AT", "PRIORITY", "STORED", "BYTES", "BODY"});
+  for (const auto& m : messages.as_array()) {
+    std::string when = delivery_time(number(m, "deliver_at"), now);
+    if (m.as_object().contains("expires_first") && m.at("expires_first").as_bool())
+      when += ", expires first";
+    t.add({text(m, "message_id"), when, text(m, "priority"), text(m, "stored"), text(m, "body_bytes"),
+           shorten(text(m, "body"), 40)});
+  }
+  t.print(std::cout);
+}
+
+}  // namespace
+
 void run_browse(const settings& s, const output_options& o, const std::string& name, std::size_t count) {
   admin_answer a = admin_call(s, "browse", {{"name", name}, {"count", std::to_string(count)}});
   if (print_json(o, a)) return;
@@ -67,6 +98,33 @@ void run_browse(const settings& s, const output_options& o, const std::string& n
            ts ? age_ms(now > ts ? now - ts : 0) : "-", origin, text(m, "body_bytes"), shorten(text(m, "body"), 40)});
   }
   t.print(std::cout);
+  if (a.json.is_object() && a.json.as_object().contains("scheduled") && !a.json.at("scheduled").as_array().empty()) {
+    std::cout << "\nscheduled (not delivered before their time):\n";
+    print_scheduled(a.json.at("scheduled"));
+  }
+}
+
+
+void run_scheduled_list(const settings& s, const output_options& o, const std::string& name, std::size_t count) {
+  admin_answer a = admin_call(s, "scheduled", {{"name", name}, {"count", std::to_string(count)}});
+  if (print_json(o, a)) return;
+  std::cout << text(a.json, "queue") << ": " << count_of(number(a.json, "scheduled"), "scheduled message") << "\n";
+  if (!array(a.json, "messages").empty()) print_scheduled(a.json.at("messages"));
+}
+
+void run_scheduled_end(const settings& s, const output_options& o, const std::string& name, bool deliver,
+                       const std::string& ids, bool all) {
+  if (ids.empty() && !all) throw failure(exit_usage, "give --id IDS or --all");
+  admin_args args{{"name", name}, {"action", deliver ? "deliver" : "delete"}};
+  if (all) args.emplace_back("all", "true");
+  else args.emplace_back("id", ids);
+  admin_answer a = admin_call(s, "scheduled", args);
+  if (print_json(o, a)) return;
+  std::cout << (deliver ? "delivered " : "deleted ")
+            << count_of(number(a.json, deliver ? "delivered" : "deleted"), "scheduled message") << " of "
+            << text(a.json, "queue");
+  if (a.json.at("more").as_bool()) std::cout << "; more are scheduled (escrow scheduled list " << name << ")";
+  std::cout << "\n";
 }
 
 void run_purge(const settings& s, const output_options& o, const std::string& name, bool yes) {

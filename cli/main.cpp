@@ -23,7 +23,7 @@ struct command_choices {
   std::function<int()> offline;
   std::string name, from, to, filter, client_id, owner, xid, file, data_dir, scratch, user_name, dir;
   std::size_t count = 20;
-  bool yes = false, compact = false;
+  bool yes = false, compact = false, all = false;
   std::vector<std::string> roles;
 };
 
@@ -64,6 +64,22 @@ void add_queue_commands(CLI::App& app, command_choices& c) {
   browse->add_option("NAME", c.name, "queue")->required();
   browse->add_option("--count", c.count, "at most this many messages (default 20)");
   on(browse, c, [&c](const settings& s) { run_browse(s, c.out, c.name, c.count); });
+
+  auto* scheduled = app.add_subcommand("scheduled", "a queue's scheduled messages: list, deliver now, delete");
+  scheduled->require_subcommand(1);
+  auto* sched_list = scheduled->add_subcommand("list", "the scheduled messages in the order they come due");
+  sched_list->add_option("NAME", c.name, "queue (or durable subscription CLIENT-ID.NAME)")->required();
+  sched_list->add_option("--count", c.count, "at most this many messages (default 20)");
+  on(sched_list, c, [&c](const settings& s) { run_scheduled_list(s, c.out, c.name, c.count); });
+  for (const char* action : {"deliver", "delete"}) {
+    bool deliver = std::string_view(action) == "deliver";
+    auto* cmd = scheduled->add_subcommand(action, deliver ? "deliver scheduled messages now, before their time"
+                                                          : "delete scheduled messages for good");
+    cmd->add_option("NAME", c.name, "queue (or durable subscription CLIENT-ID.NAME)")->required();
+    auto* ids = cmd->add_option("--id", c.xid, "message ids, separated by commas (escrow scheduled list shows them)");
+    cmd->add_flag("--all", c.all, "every scheduled message of the queue (up to 10000 per call)")->excludes(ids);
+    on(cmd, c, [&c, deliver](const settings& s) { run_scheduled_end(s, c.out, c.name, deliver, c.xid, c.all); });
+  }
 
   auto* purge = app.add_subcommand("purge", "delete every ready message of a queue (asks first)");
   purge->add_option("NAME", c.name, "queue")->required();

@@ -17,6 +17,7 @@ const char* table_name(table t) {
     case table::decisions: return "decisions";
     case table::duplicate_ids: return "duplicate_ids";
     case table::duplicate_order: return "duplicate_order";
+    case table::scheduled: return "scheduled";
   }
   return "unknown";
 }
@@ -64,13 +65,25 @@ void batch::remove_entry(std::string_view entry_key) {
   put_string(rep_, entry_key);
 }
 
+void batch::promote_scheduled(std::string_view scheduled_key) {
+  rep_.push_back(static_cast<char>(op::promote_scheduled));
+  rep_.push_back(static_cast<char>(table::scheduled));
+  put_string(rep_, scheduled_key);
+}
+
+void batch::remove_scheduled(std::string_view scheduled_key) {
+  rep_.push_back(static_cast<char>(op::remove_scheduled));
+  rep_.push_back(static_cast<char>(table::scheduled));
+  put_string(rep_, scheduled_key);
+}
+
 bool batch::decode(std::string_view rep, const visitor& visit) {
   while (!rep.empty()) {
     if (rep.size() < 2) return false;
     auto o = static_cast<std::uint8_t>(rep[0]);
     auto t = static_cast<std::uint8_t>(rep[1]);
     rep.remove_prefix(2);
-    if (o < 1 || o > 5 || t >= kTableCount) return false;
+    if (o < 1 || o > 7 || t >= kTableCount) return false;
     std::string_view key, value;
     if (!get_string(rep, key)) return false;
     bool has_value = static_cast<op>(o) == op::put || static_cast<op>(o) == op::set_delivery_count;

@@ -95,6 +95,7 @@ class checker {
     next_ids_before_branches();
     check_branches();
     check_entries();
+    check_scheduled();
     check_expiries();
     check_decisions();
     check_duplicates();
@@ -524,6 +525,48 @@ class checker {
         problem(problem_kind::expiry, table::entries, k,
                 "its message expires at " + std::to_string(expires) +
                     " but the expiry index has no record for it (the reaper would never expire it)");
+    });
+  }
+
+  // A scheduled message's record: like an entry's (a delivery count, the message inline or a
+  // reference to it), of a queue that exists, keyed by the due time its message says.
+  void check_scheduled() {
+    scan(table::scheduled, [&](std::string_view k, std::string_view v) {
+      ++report_.counts.scheduled;
+      std::uint64_t due = 0;
+      entry_key key;
+      if (!parse_scheduled_key(k, due, key)) {
+        problem(problem_kind::undecodable, table::scheduled, k,
+                "a scheduled key is u32 queue id, u64 due, u8 9-priority (0-9), u64 message id (21 bytes)");
+        return;
+      }
+      if (v.size() < 4) {
+        problem(problem_kind::undecodable, table::scheduled, k,
+                "a scheduled record's value starts with a u32 delivery count, this value is " +
+                    std::to_string(v.size()) + " bytes");
+        return;
+      }
+      if (!queues_.count(key.queue_id))
+        problem(problem_kind::queue, table::scheduled, k, "it belongs to " + queue_missing(key.queue_id));
+      std::optional<message_record> record;
+      if (v.size() > 4) {
+        if (decode_inline_message(v, scratch_)) record = scratch_;
+        else problem(problem_kind::undecodable, table::scheduled, k, "the message stored inline in it does not decode");
+      } else if (message_info* m = find_message(key.message_id)) {
+        ++m->seen_refs;
+        std::string_view value;
+        message_record r;
+        if (get(table::messages, message_key(key.message_id), value) && message_record::decode(value, r)) record = r;
+      } else {
+        problem(problem_kind::reference, table::scheduled, k,
+                "its message " + std::to_string(key.message_id) + " is neither stored inline in it nor in messages");
+      }
+      if (record && (record->deliver_at == 0 || scheduled_due(record->deliver_at, record->expires) != due))
+        problem(problem_kind::expiry, table::scheduled, k,
+                "it is due at " + std::to_string(due) + " but its message " +
+                    (record->deliver_at == 0 ? std::string("has no delivery time")
+                                             : "comes due at " +
+                                                   std::to_string(scheduled_due(record->deliver_at, record->expires))));
     });
   }
 

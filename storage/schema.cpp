@@ -56,6 +56,40 @@ bool parse_expiry_key(std::string_view key, std::uint64_t& expires, entry_key& e
   return key.size() == 21 && get_u64(key, expires) && entry_key::decode(key, entry);
 }
 
+std::uint64_t scheduled_due(std::uint64_t deliver_at, std::uint64_t expires) {
+  return expires != 0 && expires < deliver_at ? expires : deliver_at;
+}
+
+std::string scheduled_key(std::uint64_t due, const entry_key& entry) {
+  std::string k;
+  k.reserve(21);
+  put_u32(k, entry.queue_id);
+  put_u64(k, due);
+  k.push_back(static_cast<char>(9 - entry.priority));
+  put_u64(k, entry.message_id);
+  return k;
+}
+
+bool parse_scheduled_key(std::string_view key, std::uint64_t& due, entry_key& entry) {
+  if (key.size() != 21) return false;
+  get_u32(key, entry.queue_id);
+  get_u64(key, due);
+  auto inverted = static_cast<std::uint8_t>(key.front());
+  if (inverted > 9) return false;
+  entry.priority = static_cast<std::uint8_t>(9 - inverted);
+  key.remove_prefix(1);
+  return get_u64(key, entry.message_id);
+}
+
+namespace {
+constexpr char kPersistentFlag = 1;
+constexpr char kScheduledFlag = 2;  // a u64 deliver_at follows the timestamp
+// The bytes before the destination: version, flags, priority, expires, timestamp (and deliver_at).
+std::size_t fixed_prefix(std::string_view record) {
+  return 19 + ((record[1] & kScheduledFlag) ? 8 : 0);
+}
+}  // namespace
+
 std::uint64_t peek_expires(std::string_view record) {
   // Layout (message_record::encode): u8 version | u8 flags | u8 priority | u64 expires | ...
   std::uint64_t expires = 0;
@@ -65,8 +99,8 @@ std::uint64_t peek_expires(std::string_view record) {
 }
 
 bool peek_sender(std::string_view record, std::string_view& sender) {
-  if (record.size() < 19 || record[0] != 1) return false;
-  record.remove_prefix(19);  // version, flags, priority, expires, timestamp
+  if (record.size() < 19 || record[0] != 1 || record.size() < fixed_prefix(record)) return false;
+  record.remove_prefix(fixed_prefix(record));
   std::string_view s;
   std::uint64_t count = 0;
   if (!get_string(record, s) || !get_varint(record, count) || count > record.size()) return false;
@@ -181,8 +215,8 @@ void put_duplicate_id(batch& b, std::string_view address, std::string_view id, s
   b.put(table::duplicate_order, duplicate_order_key(address, sequence), id);
 }
 
-// Layout: u8 version(1) | u8 flags (bit 0 persistent) | u8 priority | u64 expires | u64 timestamp
-//         | string destination | varint header count | (string name, string value)* | string body
+// Layout: u8 version(1) | u8 flags (bit 0 persistent, bit 1 scheduled) | u8 priority | u64 expires
+//         | u64 timestamp | u64 deliver_at (only when scheduled) | string destination | varint header count | (string name, string value)* | string body
 std::string message_record::encode() const {
   std::string v;
   v.reserve(encoded_size());
@@ -191,7 +225,7 @@ std::string message_record::encode() const {
 }
 
 std::size_t message_record::encoded_size() const {
-  std::size_t size = 3 + 8 + 8 + string_size(destination) + varint_size(headers.size()) + string_size(body);
+  std::size_t size = 3 + 8 + 8 + (deliver_at != 0 ? 8 : 0) + string_size(destination) + varint_size(headers.size()) + string_size(body);
   for (const auto& [n, val] : headers) size += string_size(n) + string_size(val);
   if (sender) size += string_size(*sender);
   return size;
@@ -199,10 +233,11 @@ std::size_t message_record::encoded_size() const {
 
 void message_record::encode_to(std::string& v) const {
   v.push_back(1);
-  v.push_back(persistent ? 1 : 0);
+  v.push_back(static_cast<char>((persistent ? kPersistentFlag : 0) | (deliver_at != 0 ? kScheduledFlag : 0)));
   v.push_back(static_cast<char>(priority));
   put_u64(v, expires);
   put_u64(v, timestamp);
+  if (deliver_at != 0) put_u64(v, deliver_at);
   put_string(v, destination);
   put_varint(v, headers.size());
   for (const auto& [n, val] : headers) {
@@ -217,15 +252,18 @@ bool message_record::decode(std::string_view value, message_record& out) {
   // Only what encode() writes: a flag byte of 0 or 1 and a priority of 0-9 (found by
   // tests/fuzz/fuzz_schema: a corrupt priority would be served, and a dead letter or expired copy
   // made from it would get an entry key that no longer decodes).
-  if (value.size() < 3 || value[0] != 1 || static_cast<std::uint8_t>(value[1]) > 1 ||
+  if (value.size() < 3 || value[0] != 1 || static_cast<std::uint8_t>(value[1]) > 3 ||
       static_cast<std::uint8_t>(value[2]) > 9)
     return false;
-  out.persistent = value[1] == 1;
+  out.persistent = (value[1] & kPersistentFlag) != 0;
+  bool scheduled = (value[1] & kScheduledFlag) != 0;
   out.priority = static_cast<std::uint8_t>(value[2]);
   value.remove_prefix(3);
   std::string_view s;
   std::uint64_t count = 0;
-  if (!get_u64(value, out.expires) || !get_u64(value, out.timestamp) || !get_string(value, s))
+  out.deliver_at = 0;
+  if (!get_u64(value, out.expires) || !get_u64(value, out.timestamp) ||
+      (scheduled && (!get_u64(value, out.deliver_at) || out.deliver_at == 0)) || !get_string(value, s))
     return false;
   out.destination = s;
   if (!get_varint(value, count) || count > value.size()) return false;
@@ -263,16 +301,20 @@ status corrupt_record(table t, std::string_view key, std::string_view problem) {
 
 void put_message(batch& b, std::uint64_t message_id, const message_record& record,
                  const std::vector<entry_key>& entries) {
-  if (record.expires != 0)
+  const bool scheduled = record.deliver_at != 0;
+  const table where = scheduled ? table::scheduled : table::entries;
+  const std::uint64_t due = scheduled_due(record.deliver_at, record.expires);
+  auto key_of = [&](const entry_key& e) { return scheduled ? scheduled_key(due, e) : e.encode(); };
+  if (record.expires != 0 && !scheduled)
     for (const auto& e : entries) b.put(table::expiries, expiry_key(record.expires, e), {});
   // The record is encoded straight into the batch: the body is copied once here, not three times.
   if (entries.size() == 1) {
-    std::string& value = b.put_in_place(table::entries, entries.front().encode(), 4 + record.encoded_size());
+    std::string& value = b.put_in_place(where, key_of(entries.front()), 4 + record.encoded_size());
     put_u32(value, 0);  // the delivery count (encode_delivery_count), then the message inline
     record.encode_to(value);
     return;
   }
-  for (const auto& e : entries) b.put(table::entries, e.encode(), encode_delivery_count(0));
+  for (const auto& e : entries) b.put(where, key_of(e), encode_delivery_count(0));
   std::string key = message_key(message_id);
   record.encode_to(b.put_in_place(table::messages, key, record.encoded_size()));
   if (entries.size() > 1) {

@@ -321,6 +321,8 @@ struct store::impl {
   int release(MDB_txn* txn, std::string_view key);
   int set_delivery_count(MDB_txn* txn, std::string_view entry_key, std::string_view count);
   int remove_entry(MDB_txn* txn, std::string_view entry_key);
+  int promote_scheduled(MDB_txn* txn, std::string_view scheduled_key);
+  int remove_scheduled(MDB_txn* txn, std::string_view scheduled_key);
 };
 
 // Opening, in order: the data directory and its lock, recovery before LMDB opens, LMDB itself,
@@ -907,6 +909,56 @@ int store::impl::remove_entry(MDB_txn* txn, std::string_view entry_key) {
   return release(txn, message_key(parsed.message_id));
 }
 
+int store::impl::promote_scheduled(MDB_txn* txn, std::string_view k) {
+  MDB_dbi scheduled = dbi[static_cast<int>(table::scheduled)];
+  MDB_val key = as_val(k), value;
+  int rc = mdb_get(txn, scheduled, &key, &value);
+  if (rc == MDB_NOTFOUND) return 0;  // delivered or deleted meanwhile
+  if (rc != 0) return rc;
+  std::uint64_t due = 0;
+  storage::entry_key entry;
+  if (!parse_scheduled_key(k, due, entry) || value.mv_size < 4) return MDB_CORRUPTED;
+  std::string ekey = entry.encode();
+  std::uint64_t expires = 0;
+  if (value.mv_size > 4) {
+    expires = peek_expires(as_view(value).substr(4));
+  } else {
+    std::string mkey = message_key(entry.message_id);
+    MDB_val mk = as_val(mkey), record;
+    if (mdb_get(txn, dbi[static_cast<int>(table::messages)], &mk, &record) == 0) expires = peek_expires(as_view(record));
+  }
+  // The value is copied before the delete: LMDB's pointer is only good until the next write.
+  std::string moved(as_view(value));
+  MDB_val ek = as_val(ekey), ev = as_val(moved);
+  rc = mdb_put(txn, dbi[static_cast<int>(table::entries)], &ek, &ev, 0);
+  if (rc == 0) rc = mdb_del(txn, scheduled, &key, nullptr);
+  if (rc == 0 && expires != 0) {
+    std::string ikey = expiry_key(expires, entry);
+    MDB_val ik = as_val(ikey), empty{0, nullptr};
+    rc = mdb_put(txn, dbi[static_cast<int>(table::expiries)], &ik, &empty, 0);
+  }
+  return rc;
+}
+
+int store::impl::remove_scheduled(MDB_txn* txn, std::string_view k) {
+  MDB_dbi scheduled = dbi[static_cast<int>(table::scheduled)];
+  MDB_val key = as_val(k), value;
+  int rc = mdb_get(txn, scheduled, &key, &value);
+  if (rc == MDB_NOTFOUND) return 0;
+  if (rc != 0) return rc;
+  std::uint64_t due = 0;
+  storage::entry_key entry;
+  bool well_formed = parse_scheduled_key(k, due, entry);
+  bool has_inline_message = value.mv_size > 4;
+  std::string_view sender;
+  std::size_t bytes = 0;
+  if (has_inline_message && deltas && store::stored_sender(table::scheduled, as_view(value), sender, bytes))
+    add_delta(deltas, sender, -static_cast<std::int64_t>(bytes));
+  rc = mdb_del(txn, scheduled, &key, nullptr);
+  if (rc != 0 || has_inline_message || !well_formed) return rc;
+  return release(txn, message_key(entry.message_id));
+}
+
 int store::impl::apply(MDB_txn* txn, std::string_view rep) {
   int rc = 0;
   bool well_formed = batch::decode(rep, [&](batch::op o, table t, std::string_view k, std::string_view v) {
@@ -915,7 +967,7 @@ int store::impl::apply(MDB_txn* txn, std::string_view rep) {
     MDB_dbi d = dbi[static_cast<int>(t)];
     switch (o) {
       case batch::op::put:
-        if (deltas && (t == table::entries || t == table::messages)) {
+        if (deltas && (t == table::entries || t == table::messages || t == table::scheduled)) {
           std::string_view sender;
           std::size_t bytes = 0;
           if (store::stored_sender(t, v, sender, bytes)) add_delta(deltas, sender, static_cast<std::int64_t>(bytes));
@@ -929,6 +981,8 @@ int store::impl::apply(MDB_txn* txn, std::string_view rep) {
       case batch::op::release_message: rc = release(txn, k); break;
       case batch::op::set_delivery_count: rc = set_delivery_count(txn, k, v); break;
       case batch::op::remove_entry: rc = remove_entry(txn, k); break;
+      case batch::op::promote_scheduled: rc = promote_scheduled(txn, k); break;
+      case batch::op::remove_scheduled: rc = remove_scheduled(txn, k); break;
     }
   });
   return well_formed ? rc : MDB_INVALID;
@@ -1728,7 +1782,7 @@ void store::add_stored_bytes(const std::vector<std::pair<std::string, std::uint6
 }
 
 bool store::stored_sender(table t, std::string_view value, std::string_view& sender, std::size_t& bytes) {
-  if (t == table::entries) {
+  if (t == table::entries || t == table::scheduled) {
     if (value.size() <= 4) return false;
     value.remove_prefix(4);  // the delivery count, then the message inline
   } else if (t != table::messages) {

@@ -48,6 +48,7 @@ json::object queue_json(const queue_view& q, std::uint64_t oldest_ms, std::uint6
   json::object j{{"name", q.name},
                  {"kind", q.kind},
                  {"depth", q.depth > 0 ? static_cast<std::uint64_t>(q.depth) : 0},
+                 {"scheduled", q.scheduled > 0 ? static_cast<std::uint64_t>(q.scheduled) : 0},
                  {"in_flight", q.in_flight},
                  {"consumers", q.consumers},
                  {"enqueued", q.enqueued},
@@ -232,7 +233,8 @@ admin_outcome admin_subscriptions(const admin_core& core, const frame& f) {
                    {"user", q.owner},
                    {"topic", q.topic},
                    {"active", q.consumers != 0},
-                   {"depth", q.depth > 0 ? q.depth : 0}};
+                   {"depth", q.depth > 0 ? q.depth : 0},
+                   {"scheduled", q.scheduled > 0 ? q.scheduled : 0}};
     if (!page.add(1, std::move(j), "d:" + cursor_escape(q.key))) {
       more = true;
       return false;
@@ -296,6 +298,7 @@ void handle_admin_command(admin_core& core, std::uint64_t connection_id, const f
   if (command == "queue-show") return done(admin_queue_show(core, f));
   if (command == "browse") return done(admin_browse(core, f));
   if (command == "purge") return admin_purge(core, f, std::move(done));
+  if (command == "scheduled") return admin_scheduled(core, f, std::move(done));
   if (command == "move") return admin_move(core, f, std::move(done));
   if (command == "connections") return done(admin_connections(core, f));
   if (command == "subscriptions") return done(admin_subscriptions(core, f));
@@ -310,7 +313,7 @@ void handle_admin_command(admin_core& core, std::uint64_t connection_id, const f
                      (command.empty() ? std::string("ADMIN frame has no admin-command header")
                                       : "unknown admin-command '" + command + "'") +
                          ": use status, queues, queue-show, browse, purge, move, connections, subscriptions, "
-                         "subscription-delete, xa-list, xa-commit, xa-rollback, xa-forget, coordinator, backup or config",
+                         "subscription-delete, scheduled, xa-list, xa-commit, xa-rollback, xa-forget, coordinator, backup or config",
                      {}});
 }
 

@@ -11,8 +11,14 @@
 #include <string_view>
 
 #include "escrow/broker/core/admin_core.h"
+#include "json.h"
 
 namespace escrow::broker {
+
+// A message's record as browse and scheduled show it: destination, times, headers, body
+// (admin_messages.cpp); and one scheduled message, with its delivery time (admin_scheduled.cpp).
+void add_record_json(json::object& m, const storage::message_record& r);
+json::object scheduled_json(const scheduled_view& s);
 
 // The page a list command (queues, connections, subscriptions, xa-list) is asked for: the ADMIN
 // frame's `limit` (at most admin.max-page-size, its default) and `after` (the `next` cursor of the
@@ -27,6 +33,8 @@ struct page_request {
 std::optional<admin_outcome> page_asked(const admin_core& core, const frame& f, page_request& out);
 
 admin_outcome admin_browse(admin_core& core, const frame& f);
+// scheduled: list, deliver now or delete a queue's scheduled messages (admin_scheduled.cpp).
+void admin_scheduled(admin_core& core, const frame& f, admin_done done);
 void admin_purge(admin_core& core, const frame& f, admin_done done);
 void admin_move(admin_core& core, const frame& f, admin_done done);
 admin_outcome admin_xa_list(const admin_core& core, const frame& f);

@@ -123,6 +123,20 @@ std::optional<storage::entry_key> parse_browse_cursor(std::string_view text, std
 
 }  // namespace
 
+void add_record_json(json::object& m, const storage::message_record& r) {
+  json::object headers;
+  for (const auto& [hn, hv] : r.headers) headers.emplace(hn, hv);  // the first one counts
+  m["destination"] = r.destination;
+  m["timestamp"] = r.timestamp;
+  m["expires"] = r.expires;
+  if (r.deliver_at != 0) m["deliver_at"] = r.deliver_at;
+  m["persistent"] = r.persistent;
+  m["headers"] = std::move(headers);
+  m["body_bytes"] = r.body.size();
+  m["body_utf8"] = is_utf8(r.body);
+  m["body"] = r.body;
+}
+
 admin_outcome admin_browse(admin_core& core, const frame& f) {
   std::string name(f.get("name"));
   std::optional<queue_view> q = core.find_queue(name);
@@ -156,22 +170,16 @@ admin_outcome admin_browse(admin_core& core, const frame& f) {
                    // held: in flight, in a transaction branch, waiting out a redelivery delay or being moved
                    {"state", core.is_held(q->id, e.key) ? "held" : "ready"},
                    {"readable", e.readable}};
-    if (e.readable) {
-      const storage::message_record& r = e.record;
-      json::object headers;
-      for (const auto& [hn, hv] : r.headers) headers.emplace(hn, hv);  // the first one counts
-      m["destination"] = r.destination;
-      m["timestamp"] = r.timestamp;
-      m["expires"] = r.expires;
-      m["persistent"] = r.persistent;
-      m["headers"] = std::move(headers);
-      m["body_bytes"] = r.body.size();
-      m["body_utf8"] = is_utf8(r.body);
-      m["body"] = r.body;
-    }
+    if (e.readable) add_record_json(m, e.record);
     messages.push_back(std::move(m));
   }
   json::object answer{{"queue", q->name}, {"messages", std::move(messages)}, {"more", more}};
+  // The first page also shows what is scheduled (escrow scheduled pages through all of it).
+  if (!after) {
+    json::array scheduled;
+    for (const auto& s : core.scheduled(q->id, std::nullopt, count)) scheduled.push_back(scheduled_json(s));
+    answer["scheduled"] = std::move(scheduled);
+  }
   if (more)
     answer["next"] = std::to_string(entries.back().key.priority) + ":" + std::to_string(entries.back().key.message_id);
   return {"ok", {}, to_json(std::move(answer))};

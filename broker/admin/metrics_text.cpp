@@ -181,6 +181,14 @@ void write_undelivered(std::string& out, const metrics_snapshot& s) {
   single(out, "escrow_messages_dead_letters_dropped_total", "counter",
          "Dead letters dropped: no dead letter address, or nothing listening to it.",
          static_cast<double>(s.dead_letters_dropped));
+  single(out, "escrow_scheduled_messages", "gauge",
+         "Scheduled messages waiting for their delivery time (not in the queues' depth until due).",
+         static_cast<double>(s.scheduled));
+  single(out, "escrow_scheduled_delivered_total", "counter",
+         "Scheduled messages made ready in their queue: due, or delivered now by an operator.",
+         static_cast<double>(s.scheduled_delivered));
+  single(out, "escrow_scheduled_deleted_total", "counter", "Scheduled messages an operator deleted.",
+         static_cast<double>(s.scheduled_deleted));
   single(out, "escrow_duplicates_total", "counter",
          "SENDs whose _AMQ_DUPL_ID was taken: dropped, or their transaction rolled back (once each).",
          static_cast<double>(s.duplicates));

@@ -261,6 +261,7 @@ toml_keys delivery_keys(broker_config& config) {
           {"queue-memory-window", unsigned_field(config.queue_memory_window, 1)},
           {"queue-memory-bytes", unsigned_field(config.queue_memory_bytes, 1)},
           {"message-expiry-scan-period", scan_period_field(config.message_expiry_scan_period_ms)},
+          {"message-expiry-thread-priority", unsigned_field(config.message_expiry_thread_priority, 0, 9)},
           {"persist-delivery-count-before-delivery", bool_field(config.persist_delivery_count_before_delivery)}};
 }
 

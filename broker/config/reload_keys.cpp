@@ -131,6 +131,8 @@ const config_key kConfigKeys[] = {
     {"tls-listener", same_tls_listeners},
     {"delivery.message-expiry-scan-period", same<&C::message_expiry_scan_period_ms>,
      take<&C::message_expiry_scan_period_ms>},
+    {"delivery.message-expiry-thread-priority", same<&C::message_expiry_thread_priority>,
+     take<&C::message_expiry_thread_priority>},
     {"storage.backup-root", same<&C::backup_root>, take<&C::backup_root>},
     {"delivery.persist-delivery-count-before-delivery", same<&C::persist_delivery_count_before_delivery>,
      take<&C::persist_delivery_count_before_delivery>},

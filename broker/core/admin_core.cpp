@@ -34,7 +34,7 @@ std::unordered_map<const queue*, std::uint64_t> in_flight_by_queue(
 }
 
 // `key`: its key in `queues`.
-queue_view view_of(const std::string& key, const queue& q, std::uint64_t in_flight) {
+queue_view view_of(const std::string& key, const queue& q, std::uint64_t in_flight, const schedule_part& sched) {
   queue_view v;
   v.key = key;
   v.id = q.id();
@@ -47,6 +47,7 @@ queue_view view_of(const std::string& key, const queue& q, std::uint64_t in_flig
   v.in_flight = in_flight;
   static_cast<message_counts&>(v) = q.counters;
   v.depth = q.counters.depth;
+  if (auto it = sched.counts.find(q.id()); it != sched.counts.end()) v.scheduled = it->second;
   if (q.type() == queue::kind::durable_subscription)
     if (auto d = parse_durable_key(key)) {
       v.client_id = d->client_id;
@@ -101,7 +102,7 @@ class broker::impl::core_admin final : public admin_core {
     const auto& queues = m_.topology.queues;
     for (auto it = after ? queues.upper_bound(key) : queues.lower_bound(key); it != queues.end(); ++it) {
       auto fl = in_flight.find(it->second.get());
-      if (!each(view_of(it->first, *it->second, fl == in_flight.end() ? 0 : fl->second))) return;
+      if (!each(view_of(it->first, *it->second, fl == in_flight.end() ? 0 : fl->second, m_.schedule))) return;
     }
   }
 
@@ -110,7 +111,7 @@ class broker::impl::core_admin final : public admin_core {
     if (!q) return std::nullopt;
     auto in_flight = in_flight_by_queue(m_.clients.connections);
     auto it = in_flight.find(q.get());
-    return view_of(q->storage_key, *q, it == in_flight.end() ? 0 : it->second);
+    return view_of(q->storage_key, *q, it == in_flight.end() ? 0 : it->second, m_.schedule);
   }
 
   std::optional<std::string> queue_name(std::uint32_t id) const override {
@@ -152,7 +153,7 @@ class broker::impl::core_admin final : public admin_core {
     auto in_flight = in_flight_by_queue(m_.clients.connections);
     for (const auto& q : found) {
       auto it = in_flight.find(q.get());
-      out.push_back(view_of(q->storage_key, *q, it == in_flight.end() ? 0 : it->second));
+      out.push_back(view_of(q->storage_key, *q, it == in_flight.end() ? 0 : it->second, m_.schedule));
     }
     return out;
   }
@@ -187,7 +188,7 @@ class broker::impl::core_admin final : public admin_core {
         v.id = sid;
         v.ack = ack_name(sub->mode);
         v.in_flight = sub->unacked.size();
-        v.source = view_of(sub->source->storage_key, *sub->source, 0);
+        v.source = view_of(sub->source->storage_key, *sub->source, 0, m_.schedule);
         if (!each(v)) return;
       }
     }
@@ -227,6 +228,15 @@ class broker::impl::core_admin final : public admin_core {
       m_.finish_drop(q, s.ok());
       done(s);
     });
+  }
+
+  std::vector<scheduled_view> scheduled(std::uint32_t queue_id, std::optional<scheduled_cursor> after,
+                                        std::size_t limit) override {
+    return m_.list_scheduled(queue_id, after, limit);
+  }
+  void end_schedule(std::uint32_t queue_id, bool deliver, std::vector<std::uint64_t> ids, std::size_t limit,
+                    std::function<void(const storage::status&, std::size_t)> done) override {
+    m_.end_schedule(queue_id, deliver, ids, limit, std::move(done));
   }
 
   operator_target owner_for_operator(const xid& x, const std::string* user) const override {
@@ -269,7 +279,9 @@ void broker::use_admin(admin_handler h) { impl_->admin = std::move(h); }
 // Permissions (docs/security.md), before anything is looked up: browsing a queue needs browse on
 // its address (or admin); every other command admin on the broker. False after the ERROR.
 bool broker::impl::admin_permitted(connection& c, const frame& f) {
-  if (f.get("admin-command") == "browse") return may_browse(c, f);
+  // Looking at a queue's messages (scheduled ones too) takes the browse permission on it.
+  if (f.get("admin-command") == "browse" || (f.get("admin-command") == "scheduled" && f.get("action", "list") == "list"))
+    return may_browse(c, f);
   return permitted_globally(c, permission::admin, &f);
 }
 

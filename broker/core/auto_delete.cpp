@@ -28,6 +28,7 @@ std::int64_t steady_ms() {
 bool broker::impl::in_use(const queue_ptr& q) {
   if (q->counters.depth > 0 || !q->consumers().empty() || !q->held().empty() || q->ready_in_memory() != 0)
     return true;
+  if (schedule.due_of.count(q->id()) || schedule.counts.count(q->id())) return true;  // scheduled messages
   for (const auto& [id, b] : transactions.rm.branches()) {
     for (const auto& s : b->work.sends)
       for (const auto& t : s.targets)

@@ -346,6 +346,7 @@ storage::status broker::open() {
   std::size_t loaded = 0, prepared = 0;
   if (storage::status s = m.load_next_ids(); !s.ok()) return s;
   if (storage::status s = m.load_queues(loaded); !s.ok()) return s;
+  if (storage::status s = m.load_schedule(); !s.ok()) return s;
   if (storage::status ds = m.count_depths(); !ds.ok()) return ds;
   if (storage::status s = m.load_branches(prepared); !s.ok()) return s;
   if (storage::status s = m.load_coordination(); !s.ok()) return s;
@@ -362,6 +363,7 @@ storage::status broker::open() {
   m.post([p = impl_.get()] {
     p->schedule_expiry();
     p->schedule_reaper();
+    p->arm_due_timer();  // scheduled messages stored before: those due while escrowd was down first
     p->coordination_pass();
   });
   m.alarm->start();

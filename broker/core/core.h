@@ -27,10 +27,12 @@
 #include "escrow/broker/core/metrics.h"
 #include "escrow/storage/batch.h"
 #include "connections_part.h"
+#include "delivery_times.h"
 #include "coordination_part.h"
 #include "duplicates_part.h"
 #include "acks_part.h"
 #include "queue.h"
+#include "schedule_part.h"
 #include "transactions_part.h"
 #include "topology_part.h"
 #include "undelivered_part.h"
@@ -401,8 +403,30 @@ struct broker::impl {
   void reap(std::string from = {});
   void schedule_reaper();
   void delay_redelivery(const queue_ptr& q, queue_entry e, std::uint64_t delay_ms);
-  void arm_redelivery();  // the timer, for the earliest delayed entry
   void redeliver_due();
+
+  // Scheduled delivery (schedule.cpp; docs/stomp.md, "Scheduled delivery").
+  schedule_part schedule;
+  // A new entry of `q` (a SEND or commit stored it, or it needs no storing): ready at once, or
+  // scheduled when its message has a delivery time (counted as enqueued either way).
+  void enqueue(const queue_ptr& q, queue_entry e);
+  void schedule_entry(const queue_ptr& q, queue_entry e);
+  // The one timer of delayed redeliveries and scheduled messages, armed for the earliest of them.
+  void arm_due_timer();
+  std::optional<std::chrono::steady_clock::time_point> armed_due;  // what it waits for, if armed
+  void release_waiting();  // scheduled messages not stored whose time has come
+  // One pass over the stored schedule: what is due, up to a batch, becomes queue entries once the
+  // batch is stored; the next pass follows its completion.
+  void promote_due();
+  storage::status load_schedule();  // broker::open: each queue's earliest due time
+  // The earliest due time of the queue's stored scheduled messages (none being stored), if any.
+  std::optional<std::uint64_t> first_due(std::uint32_t queue_id, storage::status& s) const;
+  std::vector<scheduled_view> list_scheduled(std::uint32_t queue_id, std::optional<scheduled_cursor> after,
+                                             std::size_t limit);
+  // Delivers now (`deliver`) or deletes the scheduled messages `ids` of the queue (empty: the first
+  // `limit` in due order); `done` gets the store's answer and how many it handled.
+  void end_schedule(std::uint32_t queue_id, bool deliver, const std::vector<std::uint64_t>& ids, std::size_t limit,
+                    std::function<void(const storage::status&, std::size_t)> done);
   // The queues named by every expiry and dead letter address in the settings, created if missing.
   void create_undelivered_queues(storage::batch& b);
 

@@ -55,6 +55,15 @@ storage::status broker::impl::count_depths() {
       }
       return count_sender(storage::table::entries, v);
     });
+    // Scheduled messages are counted apart: they are not in the depth until due.
+    auto scheduled = std::make_shared<std::unordered_map<std::uint32_t, std::uint64_t>>();
+    if (s.ok() && !stopping.load())
+      s = store.scan(*at, storage::table::scheduled, {}, {}, [&](std::string_view k, std::string_view v) {
+        std::uint64_t due = 0;
+        storage::entry_key key;
+        if (storage::parse_scheduled_key(k, due, key)) ++(*scheduled)[key.queue_id];
+        return count_sender(storage::table::scheduled, v);
+      });
     if (s.ok() && !stopping.load())
       s = store.scan(*at, storage::table::messages, {}, {},
                      [&](std::string_view, std::string_view v) { return count_sender(storage::table::messages, v); });
@@ -68,9 +77,11 @@ storage::status broker::impl::count_depths() {
     spdlog::info("counted {} bytes of stored messages of {} senders (limits.max-stored-bytes-per-user)", sender_bytes,
                  by_sender.size());
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
-    post([this, counts, total, ms] {
+    post([this, counts, scheduled, total, ms] {
       for (auto& [id, n] : *counts)
         if (queue_ptr q = find_by_id(id)) q->counters.depth += static_cast<std::int64_t>(n);
+      for (auto& [id, n] : *scheduled)
+        if (find_by_id(id)) schedule.count(id, static_cast<std::int64_t>(n));
       spdlog::info("counted {} stored messages in {} queues in {} ms (in the background)", total, counts->size(), ms);
     });
   });
@@ -176,6 +187,9 @@ metrics_snapshot broker::impl::snapshot() const {
   s.expired_dropped = undelivered.counters.expired_dropped;
   s.dead_lettered = undelivered.counters.dead_lettered;
   s.dead_letters_dropped = undelivered.counters.dead_letters_dropped;
+  s.scheduled = schedule.total();
+  s.scheduled_delivered = schedule.delivered;
+  s.scheduled_deleted = schedule.deleted;
   s.duplicates = duplicates.refused;
   s.failed_logins = auth ? auth->failed_logins() : 0;
   s.coordinated_live = coordination.live.size();

@@ -139,6 +139,7 @@ bool broker::impl::route(const connection_ptr& c, frame& f, routed_message& out,
     if (!parse_number(*e, record.expires))
       return error(*c, "invalid expires header '" + *e + "': use epoch milliseconds, 0 for never", &f), false;
   }
+  if (auto problem = scheduled_delivery(f, now_ms(), record.deliver_at)) return error(*c, *problem, &f), false;
 
   std::vector<queue_ptr> targets;
   if (is_destination(*destination))
@@ -189,11 +190,8 @@ bool broker::impl::route(const connection_ptr& c, frame& f, routed_message& out,
 
 void broker::impl::publish(std::vector<std::pair<queue_ptr, queue_entry>>& entries) {
   for (auto& [q, e] : entries) {
-    if (e.stored) q->release_hold(e.key);
     if (!e.stored) make_room(*q, e);
-    ++q->counters.enqueued;
-    ++q->counters.depth;
-    q->push(std::move(e));
+    enqueue(q, std::move(e));
   }
   for (auto& [q, e] : entries) dispatch(q);
 }

@@ -227,6 +227,13 @@ void broker::impl::drop_durable_queue(const queue_ptr& q, storage::batch& b) {
                                    return true;
                                  });
   if (!s.ok()) spdlog::error("dropping {}: {}; some of its entries stay in storage", q->name(), s.message());
+  // Its scheduled messages too (a promotion under way lands in the queue's held entries, below).
+  s = store.scan(storage::table::scheduled, storage::queue_prefix(q->id()), storage::queue_prefix(q->id()),
+                 [&](std::string_view k, std::string_view) {
+                   b.remove_scheduled(k);
+                   return true;
+                 });
+  if (!s.ok()) spdlog::error("dropping {}: {}; some of its scheduled messages stay in storage", q->name(), s.message());
   // Entries on their way to the store (a SEND or commit batch submitted before this one, held in
   // the queue until it completes) are not in the scan: they go too, after that batch stores them.
   // An entry the scan found as well is removed once (removing a missing entry does nothing).
@@ -245,6 +252,7 @@ void broker::impl::finish_drop(const queue_ptr& q, bool stored) {
     return;
   }
   remove_queue(q);
+  schedule.forget(q->id());
   auto t = topology.topics.find(q->topic());
   if (t != topology.topics.end()) {
     std::erase(t->second.subscriptions, q);

@@ -56,10 +56,7 @@ void broker::impl::apply_commit(const rm::branch_work& work) {
     for (const auto& t : s.targets) {
       queue_ptr q = find_by_id(t.key.queue_id);
       if (!q || q->dropping) continue;  // went away meanwhile, or is being ended (its entry was skipped)
-      if (t.stored) q->release_hold(t.key);
-      ++q->counters.enqueued;
-      ++q->counters.depth;
-      q->push(queue_entry{t.key, 0, t.stored, s.msg});
+      enqueue(q, queue_entry{t.key, 0, t.stored, s.msg});
       touched.push_back(q);
     }
   }

@@ -27,6 +27,20 @@ std::string destination_of(const std::string& address) {
 
 }  // namespace
 
+double reaper_share(unsigned priority) {
+  // 0 yields nearly everything to deliveries; 3 (HornetQ's default) a quarter; 9 runs the pass
+  // back to back, turns interleaved only with what is queued on the core already.
+  static constexpr double kShare[10] = {0.05, 0.10, 0.15, 0.25, 0.33, 0.50, 0.67, 0.80, 0.90, 1.0};
+  return kShare[priority > 9 ? 9 : priority];
+}
+
+std::chrono::steady_clock::duration reaper_pause(std::chrono::steady_clock::duration took, unsigned priority) {
+  double share = reaper_share(priority);
+  if (share >= 1.0) return std::chrono::steady_clock::duration::zero();
+  auto pause = std::chrono::duration_cast<std::chrono::steady_clock::duration>(took * ((1.0 - share) / share));
+  return std::max<std::chrono::steady_clock::duration>(pause, std::chrono::microseconds(100));
+}
+
 const address_settings& broker::impl::settings_for(const std::string& address) {
   auto it = undelivered.settings_cache.find(address);
   if (it == undelivered.settings_cache.end())
@@ -179,20 +193,11 @@ void broker::impl::offer_again(const queue_ptr& q, queue_entry e) {
   q->push(std::move(e));
 }
 
+// The wait shares one timer with scheduled delivery (schedule.cpp, arm_due_timer).
 void broker::impl::delay_redelivery(const queue_ptr& q, queue_entry e, std::uint64_t delay_ms) {
   auto due = std::chrono::steady_clock::now() + std::chrono::milliseconds(delay_ms);
-  bool earliest = undelivered.delayed.empty() || due < undelivered.delayed.begin()->first;
   undelivered.delayed.emplace(due, std::pair{q, std::move(e)});  // stays held in q meanwhile
-  if (earliest) arm_redelivery();
-}
-
-void broker::impl::arm_redelivery() {
-  timers->redelivery.expires_at(undelivered.delayed.begin()->first);
-  timers->redelivery.async_wait([this](const boost::system::error_code& ec) {
-    if (ec) return;  // re-armed for an earlier one, or shutting down
-    redeliver_due();
-    flush();
-  });
+  arm_due_timer();
 }
 
 void broker::impl::redeliver_due() {
@@ -205,7 +210,6 @@ void broker::impl::redeliver_due() {
     q->push(std::move(e));
     touched.push_back(q);
   }
-  if (!undelivered.delayed.empty()) arm_redelivery();
   for (auto& q : touched) dispatch(q);
 }
 
@@ -225,6 +229,7 @@ void broker::impl::reap(std::string from) {
   // rest of the pass continues in the next turn.
   constexpr std::size_t kPerTurn = 256;
   std::uint64_t now = now_ms();
+  auto turn_started = std::chrono::steady_clock::now();
   if (from.empty()) {
     undelivered.reap_started_ms = now;
     undelivered.reap_moved = 0;
@@ -270,12 +275,12 @@ void broker::impl::reap(std::string from) {
   undelivered.reap_moved += plans.size();
   submit_moves(std::move(b), std::move(plans));
   if (!next.empty()) {
-    // Expiry is not urgent (an expired message is never delivered anyway): the next turn waits
-    // three times as long as this one took, so that the reaper takes at most about a quarter of
-    // the core and deliveries keep flowing during a large pass.
+    // Expiry is not urgent (an expired message is never delivered anyway): between turns the core
+    // serves deliveries for as long as message-expiry-thread-priority leaves them (reaper_share),
+    // so that deliveries keep flowing during a large pass.
     undelivered.reap_in_progress = true;
-    auto took = std::chrono::milliseconds(now_ms() - now);
-    timers->reaper_turn.expires_after(std::max(std::chrono::milliseconds(1), 3 * took));
+    auto took = std::chrono::steady_clock::now() - turn_started;
+    timers->reaper_turn.expires_after(reaper_pause(took, config.message_expiry_thread_priority));
     timers->reaper_turn.async_wait([this, next](const boost::system::error_code& ec) {
       if (ec) return;
       reap(next);

@@ -86,6 +86,7 @@ struct options {
   double timeout = 30;  // seconds without progress before giving up
   std::uint64_t expire_every = 0;  // fill/run: every Nth message expires at expires_at (0: none)
   std::uint64_t expires_at = 0;    // epoch ms
+  std::uint64_t deliver_at = 0;    // fill/run: every message is scheduled for this epoch ms (0: none)
   std::uint64_t timeline_ms = 0;   // drain: print "TIMELINE epoch_ms received" this often (0: no)
   std::string vhost = "localhost";  // CONNECT host header
   std::string login;
@@ -119,6 +120,7 @@ void usage(const char* argv0) {
                "  --pages N      fsync mode: 4 KiB pages per sync, scattered over 400 KiB (1)\n"
                "  --meta-sync true|false  fsync mode: then 120 bytes and a second sync, as LMDB (false)\n"
                "  --expire-every N --expires-at MS   every Nth message sent expires at epoch ms MS\n"
+               "  --deliver-at MS  every message sent is scheduled for epoch ms MS (_AMQ_SCHED_DELIVERY)\n"
                "  --timeline-ms T  drain mode: print TIMELINE <epoch ms> <received> every T ms\n"
                "  --vhost H      CONNECT host header (localhost; RabbitMQ: /)\n"
                "  --login L --passcode P   CONNECT credentials (none)\n"
@@ -178,6 +180,8 @@ option_value set_option(options& o, std::string_view name, const std::string& va
     ok = parse_number(value, o.expire_every);
   } else if (name == "--expires-at") {
     ok = parse_number(value, o.expires_at);
+  } else if (name == "--deliver-at") {
+    ok = parse_number(value, o.deliver_at);
   } else if (name == "--timeline-ms") {
     ok = parse_number(value, o.timeline_ms);
   } else if (name == "--vhost") {
@@ -267,6 +271,7 @@ void run_producer(const options& o, int index, shared_state& st, producer_result
   std::string wire;
   std::string body;  // reused: a SEND's body is written from here into `wire`, no frame in between
   const std::string expires_at = std::to_string(o.expires_at);
+  const std::string deliver_at = std::to_string(o.deliver_at);
   auto timeout = to_duration(o.timeout);
 
   // Handles one frame from the broker: a RECEIPT closes an outstanding SEND.
@@ -365,6 +370,7 @@ void run_producer(const options& o, int index, shared_state& st, producer_result
     {
       escrow::frame_writer w(wire, "SEND", escrow::stomp_version::v1_2, body.size() + destination.size() + 96);
       if (expiring) w.header("expires", expires_at);
+      if (o.deliver_at != 0) w.header("_AMQ_SCHED_DELIVERY", deliver_at);
       w.header("destination", destination);
       if (o.persistent || !o.omit_persistent_false) w.header("persistent", o.persistent ? "true" : "false");
       w.header("content-length", std::to_string(body.size()));

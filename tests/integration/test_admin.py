@@ -102,9 +102,9 @@ def test_queues_and_queue_show(broker, stomp_client):
     assert shown["consumers_detail"][0]["subscription"] == sub
 
     table = ok_text(broker, "queues").splitlines()
-    assert table[0].split()[:4] == ["NAME", "KIND", "DEPTH", "IN-FLIGHT"]
+    assert table[0].split()[:5] == ["NAME", "KIND", "DEPTH", "SCHEDULED", "IN-FLIGHT"]
     line = next(x for x in table if x.startswith(q + " "))
-    assert line.split()[1:5] == ["queue", "3", "1", "1"]
+    assert line.split()[1:6] == ["queue", "3", "0", "1", "1"]
     assert "in flight              1" in ok_text(broker, "queue", "show", q)
 
     r = escrow(broker, "queue", "show", "no-such-queue")

@@ -150,11 +150,11 @@ TEST_SUITE("storage/batch") {
     std::vector<decoded_op> ops;
     SUBCASE("unknown op") {
       CHECK_FALSE(decode_all(std::string("\x00\x01\x00", 3), ops));
-      CHECK_FALSE(decode_all(std::string("\x06\x01\x00", 3), ops));
+      CHECK_FALSE(decode_all(std::string("\x08\x01\x00", 3), ops));
       CHECK_FALSE(decode_all(std::string("\xff\x01\x00", 3), ops));
     }
     SUBCASE("unknown table") {
-      CHECK_FALSE(decode_all(std::string("\x02\x0a\x00", 3), ops));
+      CHECK_FALSE(decode_all(std::string("\x02\x0b\x00", 3), ops));
       CHECK_FALSE(decode_all(std::string("\x02\xff\x00", 3), ops));
     }
     SUBCASE("lone op byte") { CHECK_FALSE(decode_all(std::string("\x01", 1), ops)); }

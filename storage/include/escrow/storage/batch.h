@@ -2,7 +2,7 @@
 // LevelDB's WriteBatch. Its byte layout (docs/storage.md) is a sequence of operations:
 //
 //   op      : u8  (1 = put, 2 = erase, 3 = release_message, 4 = set_delivery_count,
-//                  5 = remove_entry)
+//                  5 = remove_entry, 6 = promote_scheduled, 7 = remove_scheduled)
 //   table   : u8  (escrow::storage::table)
 //   key     : varint length, bytes
 //   value   : varint length, bytes        (put and set_delivery_count only)
@@ -20,17 +20,20 @@ namespace escrow::storage {
 // The named sub-databases of the environment. See schema.h for what each holds.
 enum class table : std::uint8_t {
   meta = 0, queues = 1, messages = 2, message_refs = 3, entries = 4, branches = 5, expiries = 6,
-  decisions = 7, duplicate_ids = 8, duplicate_order = 9
+  decisions = 7, duplicate_ids = 8, duplicate_order = 9, scheduled = 10
 };
-inline constexpr int kTableCount = 10;
+inline constexpr int kTableCount = 11;
 // The tables schema version 6 added: a store of an older version that escrowd has not opened
 // since (it creates every table at open) lacks them, and reads as if they were empty.
-inline constexpr int kFirstTableOfVersion6 = 7;
+inline constexpr int kFirstTableOfVersion6 = 7;  // then version 7's (scheduled) after them
 const char* table_name(table t);
 
 class batch {
  public:
-  enum class op : std::uint8_t { put = 1, erase = 2, release_message = 3, set_delivery_count = 4, remove_entry = 5 };
+  enum class op : std::uint8_t {
+    put = 1, erase = 2, release_message = 3, set_delivery_count = 4, remove_entry = 5, promote_scheduled = 6,
+    remove_scheduled = 7
+  };
 
   // Stores `value` under `key`, replacing what was there.
   void put(table t, std::string_view key, std::string_view value);
@@ -49,6 +52,13 @@ class batch {
   // Removes a queue entry, its record in the expiry index (when its message expires) and, unless
   // the message is stored inline in it, the entry's reference to the message (release_message).
   void remove_entry(std::string_view entry_key);
+  // A scheduled message's time has come (schema.h, `scheduled`): its record under `scheduled_key`
+  // becomes the queue entry it stands for, value unchanged, with its expiry index record when the
+  // message expires. A record that is gone (delivered or deleted meanwhile) stays gone.
+  void promote_scheduled(std::string_view scheduled_key);
+  // Removes a scheduled message's record and, unless the message is stored inline in it, its
+  // reference to the message (release_message).
+  void remove_scheduled(std::string_view scheduled_key);
 
   // Room for `bytes` more of operations, to spare reallocations when a large value follows.
   void reserve(std::size_t bytes) { rep_.reserve(rep_.size() + bytes); }

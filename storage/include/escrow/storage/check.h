@@ -56,7 +56,7 @@ enum class problem_kind : std::uint8_t {
   undecodable, // a record or a key that does not decode
   queue,       // an entry for a queue that does not exist, two queues with one id
   reference,   // message_refs against the entries that reference a message; duplicate_ids against duplicate_order
-  expiry,      // the expiry index against the entries
+  expiry,      // the expiry index against the entries; a scheduled record's due time against its message
   branch,      // a prepared branch record against the queues and entries
   next_id,     // an id in use at or above the next id escrowd would hand out
 };
@@ -73,6 +73,7 @@ struct check_counts {
   std::uint64_t prepared_branches = 0;
   std::uint64_t heuristic_branches = 0;
   std::uint64_t expiries = 0;
+  std::uint64_t scheduled = 0;  // scheduled messages not yet due (records of `scheduled`)
   std::uint64_t decisions = 0;  // commit decisions of coordinated transactions not known done in their database
   std::uint64_t duplicate_ids = 0;        // _AMQ_DUPL_ID values remembered (records of duplicate_ids)
   std::uint64_t duplicate_addresses = 0;  // addresses they are remembered for

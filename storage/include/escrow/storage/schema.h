@@ -1,4 +1,4 @@
-// What each table holds, and the typed keys and values that live in it (schema version 6).
+// What each table holds, and the typed keys and values that live in it (schema version 7).
 //
 //   meta          "schema-version" -> u32;  "next-message-id" -> u64 (ids below it were used);
 //                 "next-queue-id" -> u32 (queue ids are never reused, even after a queue is dropped);
@@ -25,6 +25,13 @@
 //                    they were stored, newest first; sequences count up per address from 1. Each
 //                    record of one table has its twin in the other (written and erased together,
 //                    in the batch that stores the message or commits its transaction)
+//   scheduled     u32 queue id | u64 due (epoch ms) | u8 9-priority | u64 message id -> the value
+//                 the entry will have (u32 delivery count, the message inline when this is its
+//                 only stored entry): a stored message whose delivery time has not come, not yet
+//                 an entry of its queue. Due is the message's deliver_at, or its expires when that
+//                 is earlier (it then goes to the expiry address, never to a consumer). Per queue in
+//                 time order, so a pass reads only what is due; promote_scheduled makes it an entry
+//                 (with its expiry index record) when due. Added by schema version 7
 //
 // Queue order is key order: a cursor over a queue's entries yields them by priority, highest
 // first, then by arrival. All integers are big-endian. docs/storage.md has the same layout.
@@ -75,6 +82,12 @@ std::string expiry_key(std::uint64_t expires, const entry_key& entry);
 bool parse_expiry_key(std::string_view key, std::uint64_t& expires, entry_key& entry);
 // The `expires` field of an encoded message_record without decoding the rest; 0 when malformed.
 std::uint64_t peek_expires(std::string_view message_record_bytes);
+// The time a scheduled message (deliver_at set) leaves the `scheduled` table: deliver_at, or the
+// expiry when that comes first.
+std::uint64_t scheduled_due(std::uint64_t deliver_at, std::uint64_t expires);
+// A record of the `scheduled` table (layout above): 21 bytes.
+std::string scheduled_key(std::uint64_t due, const entry_key& entry);
+bool parse_scheduled_key(std::string_view key, std::uint64_t& due, entry_key& entry);
 // The `sender` of an encoded message_record, skipping the rest without copying it: true and
 // `sender` set when it has one; false when it has none or is malformed.
 bool peek_sender(std::string_view message_record_bytes, std::string_view& sender);
@@ -108,6 +121,9 @@ struct message_record {
   // none for records stored before schema version 5. Optional at the end of the record; a dead
   // letter or expired copy keeps it.
   std::optional<std::string> sender;
+  // Scheduled delivery (_AMQ_SCHED_DELIVERY and its spellings, docs/stomp.md): the epoch ms before
+  // which no consumer gets it; 0 = at once. A record with it is stored in `scheduled` until due.
+  std::uint64_t deliver_at = 0;
 
   std::string encode() const;
   // Appends the encoding to `out` (straight into a batch: see put_message), exactly
@@ -167,7 +183,8 @@ status read_next_ids(const store& s, next_ids& out);
 // Batch helpers for the changes every path makes the same way.
 // Stores a new message for its stored entries, with delivery count 0: inline in the entry when
 // there is one, else once in `messages` (with a message_refs record) and referenced by each; and,
-// when the message expires, one expiry index record per entry.
+// when the message expires, one expiry index record per entry. A scheduled message (deliver_at
+// set) gets `scheduled` records in place of entries, and no expiry records until it is promoted.
 void put_message(batch& b, std::uint64_t message_id, const message_record& record,
                  const std::vector<entry_key>& entries);
 // Removes one queue entry and drops its reference to the message (deleted with the last one).

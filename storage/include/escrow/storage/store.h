@@ -35,7 +35,7 @@ namespace escrow::storage {
 // which would ignore the log, refuses it clearly. 5: a message record may end with its sender
 // (schema.h); an older store reads as it is and is marked 5, so that an older release, which
 // would take such records for corrupt ones, refuses it.
-inline constexpr std::uint32_t kSchemaVersion = 6;
+inline constexpr std::uint32_t kSchemaVersion = 7;
 inline constexpr std::uint32_t kOldestSchemaVersion = 2;  // the oldest that opens (and is upgraded)
 
 struct store_options {

@@ -141,6 +141,9 @@ struct broker_config {
   // embedded one, which sends dead letters to DLQ and expired messages to ExpiryQueue.
   std::vector<address_setting_entry> address_settings = embedded_address_settings();
   std::int64_t message_expiry_scan_period_ms = 30000;  // the reaper's period; -1: no reaper
+  // HornetQ's message-expiry-thread-priority, 0-9: the share of the core a large reaper pass may
+  // take between deliveries (reaper_share; docs/configuration.md). 3 is a quarter.
+  unsigned message_expiry_thread_priority = 3;
   bool persist_delivery_count_before_delivery = false;
 
   // transactions

@@ -31,6 +31,18 @@ class resource_manager;
 
 namespace escrow::broker {
 
+// A scheduled message as `escrow scheduled` lists it, and where a listing resumes.
+struct scheduled_view {
+  std::uint64_t message_id = 0;
+  std::uint64_t due = 0;   // epoch ms it leaves the schedule: its deliver_at, or its expiry if earlier
+  bool stored = true;      // false: non-persistent (or for a non-durable subscription), in memory
+  storage::message_record record;  // its headers and body (record.deliver_at: when it is delivered)
+};
+struct scheduled_cursor {
+  std::uint64_t due = 0;
+  std::uint64_t message_id = 0;
+};
+
 // The answer to one ADMIN frame: a RECEIPT with `admin-status` and, when ok, a JSON body;
 // otherwise `message` says what went wrong and what to do (docs/operations.md).
 struct admin_outcome {
@@ -52,6 +64,7 @@ struct queue_view : message_counts {
   std::size_t consumers = 0;
   std::uint64_t in_flight = 0;  // delivered to its consumers, not yet acknowledged
   std::int64_t depth = 0;       // may be below 0 until the count at open has landed
+  std::int64_t scheduled = 0;   // scheduled messages not yet due (not in depth); likewise
   // A durable subscription's key, parsed (docs/security.md, "Tenants"); "" otherwise.
   std::string client_id, subscription, owner;
 };
@@ -180,6 +193,14 @@ class admin_core {
   // Ends the durable subscription whose key is `key` (no consumer, not being ended): its record
   // and messages go; `done` gets the store's answer.
   virtual void end_durable_subscription(const std::string& key, std::function<void(const storage::status&)> done) = 0;
+
+  // `escrow scheduled`: the scheduled messages of queue `queue_id` in due order, after `after`,
+  // at most `limit`; and delivering now (`deliver`) or deleting those of `ids` (empty: the first
+  // `limit`), `done` getting the store's answer and how many it handled.
+  virtual std::vector<scheduled_view> scheduled(std::uint32_t queue_id, std::optional<scheduled_cursor> after,
+                                                std::size_t limit) = 0;
+  virtual void end_schedule(std::uint32_t queue_id, bool deliver, std::vector<std::uint64_t> ids, std::size_t limit,
+                            std::function<void(const storage::status&, std::size_t)> done) = 0;
 
   virtual operator_target owner_for_operator(const xid& x, const std::string* user) const = 0;
   // Forgets the heuristically completed branch `x` of `user` for connection `connection_id`, or

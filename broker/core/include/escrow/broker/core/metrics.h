@@ -107,6 +107,11 @@ struct metrics_snapshot {
   std::uint64_t expired_dropped = 0;
   std::uint64_t dead_lettered = 0;
   std::uint64_t dead_letters_dropped = 0;
+  // Scheduled delivery (docs/stomp.md): messages waiting for their time now, and since start those
+  // made ready when due (or by an operator) and those an operator deleted.
+  std::int64_t scheduled = 0;
+  std::uint64_t scheduled_delivered = 0;
+  std::uint64_t scheduled_deleted = 0;
   // SENDs whose _AMQ_DUPL_ID their address had taken: dropped (outside a transaction), or their
   // transaction rolled back at commit or prepare (once per transaction). docs/stomp.md.
   std::uint64_t duplicates = 0;
