@@ -548,6 +548,14 @@ class checker {
       }
       if (!queues_.count(key.queue_id))
         problem(problem_kind::queue, table::scheduled, k, "it belongs to " + queue_missing(key.queue_id));
+      if (std::string_view twin; get(table::entries, key.encode(), twin))
+        problem(problem_kind::reference, table::scheduled, k,
+                "message " + std::to_string(key.message_id) +
+                    " is also an entry of its queue: it would be delivered twice");
+      if (v.size() > 4 && key.message_id >= next_message_id_ && !next_message_id_malformed_)
+        problem(problem_kind::next_id, table::scheduled, k,
+                "its message id " + std::to_string(key.message_id) + " is not below " +
+                    std::to_string(next_message_id_) + ", the next id escrowd would hand out: a new message would take it");
       std::optional<message_record> record;
       if (v.size() > 4) {
         if (decode_inline_message(v, scratch_)) record = scratch_;

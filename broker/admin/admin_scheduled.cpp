@@ -1,5 +1,5 @@
 // The `scheduled` admin command (docs/operations.md, "Scheduled messages"): a queue's scheduled
-// messages in due order (`action: list`, paged with `count` and `after`), and delivering them now
+// messages in due order (`action: list`, paged with `count` and `after`, DUE:PRIORITY:ID), and delivering them now
 // or deleting them (`action: deliver` or `delete`, by `id` or every one with `all: true`, at most
 // kMaxPerCommand per frame: the answer says whether more are left). The core keeps the schedule
 // (core/schedule.cpp); this file checks the arguments and writes the answers.
@@ -23,13 +23,17 @@ bool parse_number(std::string_view text, T& out) {
   return !text.empty() && ec == std::errc() && end == text.data() + text.size();
 }
 
-// A list cursor, "DUE:MESSAGE-ID" (the `next` of a page).
+// A list cursor, "DUE:PRIORITY:MESSAGE-ID" (the `next` of a page).
 std::optional<scheduled_cursor> parse_cursor(std::string_view text) {
-  auto colon = text.find(':');
+  auto first = text.find(':');
+  auto second = first == std::string_view::npos ? first : text.find(':', first + 1);
   scheduled_cursor c;
-  if (colon == std::string_view::npos || !parse_number(text.substr(0, colon), c.due) ||
-      !parse_number(text.substr(colon + 1), c.message_id))
+  unsigned priority = 10;
+  if (second == std::string_view::npos || !parse_number(text.substr(0, first), c.due) ||
+      !parse_number(text.substr(first + 1, second - first - 1), priority) || priority > 9 ||
+      !parse_number(text.substr(second + 1), c.message_id))
     return std::nullopt;
+  c.priority = static_cast<std::uint8_t>(priority);
   return c;
 }
 
@@ -76,7 +80,8 @@ void admin_scheduled(admin_core& core, const frame& f, admin_done done) {
     if (const std::string* text = f.find("after")) {
       after = parse_cursor(*text);
       if (!after)
-        return done({"invalid", "invalid after '" + loggable(*text) + "': give the next of the page before (DUE:MESSAGE-ID)",
+        return done({"invalid",
+                     "invalid after '" + loggable(*text) + "': give the next of the page before (DUE:PRIORITY:MESSAGE-ID)",
                      {}});
     }
     std::vector<scheduled_view> page = core.scheduled(q->id, after, count + 1);
@@ -86,11 +91,15 @@ void admin_scheduled(admin_core& core, const frame& f, admin_done done) {
     for (const auto& s : page) messages.push_back(scheduled_json(s));
     json::object answer{{"queue", q->name}, {"scheduled", q->scheduled > 0 ? q->scheduled : 0},
                         {"messages", std::move(messages)}, {"more", more}};
-    if (more) answer["next"] = std::to_string(page.back().due) + ":" + std::to_string(page.back().message_id);
+    if (more)
+      answer["next"] = std::to_string(page.back().due) + ":" + std::to_string(page.back().record.priority) + ":" +
+                       std::to_string(page.back().message_id);
     return done({"ok", {}, to_json(std::move(answer))});
   }
   if (action != "deliver" && action != "delete")
     return done({"invalid", "invalid action '" + loggable(action) + "': use list, deliver or delete", {}});
+  if (q->dropping)
+    return done({"refused", q->name + " is being deleted: its scheduled messages go with it", {}});
   std::vector<std::uint64_t> ids;
   const std::string* id_text = f.find("id");
   bool all = f.get("all") == "true";

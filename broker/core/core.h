@@ -419,6 +419,11 @@ struct broker::impl {
   // batch is stored; the next pass follows its completion.
   void promote_due();
   storage::status load_schedule();  // broker::open: each queue's earliest due time
+  // A queue that is gone (a durable subscription dropped, a subscription ended): its waiting
+  // messages and counts are forgotten, and scheduled records stored after the drop read the
+  // table are removed. A drop the store refused: its schedule is read again.
+  void forget_schedule(const queue_ptr& q);
+  void reload_schedule(const queue_ptr& q);
   // The earliest due time of the queue's stored scheduled messages (none being stored), if any.
   std::optional<std::uint64_t> first_due(std::uint32_t queue_id, storage::status& s) const;
   std::vector<scheduled_view> list_scheduled(std::uint32_t queue_id, std::optional<scheduled_cursor> after,

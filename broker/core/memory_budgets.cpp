@@ -27,9 +27,14 @@ std::shared_ptr<message> broker::impl::charged_message(connection& c, storage::m
                           " bytes of memory, more than limits.max-memory-bytes-per-queue (" +
                           std::to_string(config.max_memory_bytes_per_queue) + "); send it persistent", &f),
              nullptr;
-    bool refuses = q->type() == queue::kind::queue && config.memory_full_policy == "refuse";
-    if (refuses && q->unstored_bytes() + bytes > config.max_memory_bytes_per_queue)
-      return error(c, "SEND refused: queue '" + q->name() + "' holds " + std::to_string(q->unstored_bytes()) +
+    // Scheduled messages waiting in memory count with the ready ones, and are never made room
+    // for by dropping ready ones: over the budget, a queue refuses a new one whatever its policy.
+    const bool scheduled = record.deliver_at != 0;
+    auto w = schedule.waiting_bytes.find(q->id());
+    const std::uint64_t held = q->unstored_bytes() + (w == schedule.waiting_bytes.end() ? 0 : w->second);
+    bool refuses = q->type() == queue::kind::queue && (config.memory_full_policy == "refuse" || scheduled);
+    if (refuses && held + bytes > config.max_memory_bytes_per_queue)
+      return error(c, "SEND refused: queue '" + q->name() + "' holds " + std::to_string(held) +
                           " bytes of non-persistent messages waiting for a consumer; this one of " +
                           std::to_string(bytes) + " would pass limits.max-memory-bytes-per-queue (" +
                           std::to_string(config.max_memory_bytes_per_queue) +

@@ -46,6 +46,8 @@ bool one_of(std::string_view name, const std::array<std::string_view, N>& names)
 }  // namespace
 
 bool is_reserved_header(std::string_view name) {
+  // HornetQ's spelling of the scheduled delivery time is the one _HQ_ header a client sets.
+  if (same_header_name(name, "_HQ_SCHED_DELIVERY")) return false;
   if (starts_with(name, "_HQ_") || starts_with(name, "escrow-")) return true;
   if (starts_with(name, "_AMQ_")) return !one_of(name, kClientAmqHeaders);
   return one_of(name, kProviderJmsx) || one_of(name, kReplyHeaders);

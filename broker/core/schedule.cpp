@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <tuple>
+#include <unordered_set>
 
 #include "core.h"
 #include "core_timers.h"
@@ -24,7 +26,7 @@ namespace {
 // Records one pass promotes at most (one batch): small enough that the core's turn and the
 // committer's group stay short, large enough that a backlog moves at the disk's pace.
 constexpr std::size_t kPerPass = 512;
-// A delivery time beyond this (year 10000) is a mistake, not a schedule.
+// A delivery time from this on (the year 10000) is a mistake, not a schedule.
 constexpr std::uint64_t kLatestDeliveryMs = 253402300800000ULL;
 
 bool parse_ms(std::string_view text, std::uint64_t& out) {
@@ -62,8 +64,8 @@ std::optional<std::string> scheduled_delivery(const frame& f, std::uint64_t now,
   if (!parse_ms(*given, value))
     return "invalid " + std::string(given_name) + " header '" + *given + "': use " +
            (relative ? "milliseconds from now (0 or more)" : "epoch milliseconds");
-  std::uint64_t at = relative ? (value > kLatestDeliveryMs - now ? kLatestDeliveryMs + 1 : now + value) : value;
-  if (at > kLatestDeliveryMs)
+  std::uint64_t at = relative ? (value > kLatestDeliveryMs - now ? kLatestDeliveryMs : now + value) : value;
+  if (at >= kLatestDeliveryMs)
     return "invalid " + std::string(given_name) + " header '" + *given +
            "': the delivery time is after the year 9999";
   if (at > now) deliver_at = at;  // a time already past is no schedule
@@ -88,8 +90,20 @@ void broker::impl::schedule_entry(const queue_ptr& q, queue_entry e) {
     return arm_due_timer();
   }
   // Not stored: it waits in memory, held in its queue meanwhile (so the queue is in use, and a
-  // refill never hands it out).
-  std::uint64_t now = now_ms();
+  // refill never hands it out), within the queue's memory budget: a queue refused it at the SEND
+  // when over (charged_message); a subscription drops the new one, as it drops its oldest ready
+  // ones (no subscriber may refuse a publisher's messages).
+  std::uint64_t bytes = memory_bytes(*e.msg), now = now_ms();
+  std::uint64_t& waiting = schedule.waiting_bytes[q->id()];
+  if (q->unstored_bytes() + waiting + bytes > config.max_memory_bytes_per_queue) {
+    schedule.count(q->id(), -1);
+    if (waiting == 0) schedule.waiting_bytes.erase(q->id());
+    ++q->counters.dropped;
+    spdlog::debug("{} '{}': dropped a scheduled non-persistent message (limits.max-memory-bytes-per-queue)",
+                  queue::kind_name(q->type()), q->name());
+    return;
+  }
+  waiting += bytes;
   q->hold(e.key);
   schedule.waiting.emplace(std::chrono::steady_clock::now() + std::chrono::milliseconds(due > now ? due - now : 0),
                            std::pair{q, std::move(e)});
@@ -109,6 +123,10 @@ void broker::impl::arm_due_timer() {
     earliest(clock::now() + std::chrono::milliseconds(due > now ? due - now : 0));
   }
   if (!at) return;
+  // Scheduled times are the wall clock's, the wait the steady clock's: waking at least once a
+  // second while anything is scheduled follows a step of the wall clock forward (or a suspended
+  // host) within a second.
+  if (!schedule.by_due.empty() || !schedule.waiting.empty()) at = std::min(*at, clock::now() + std::chrono::seconds(1));
   // Armed for this time or earlier already: that wait re-arms for the rest when it ends.
   if (armed_due && *armed_due <= *at) return;
   armed_due = at;
@@ -130,7 +148,14 @@ void broker::impl::release_waiting() {
   while (!schedule.waiting.empty() && schedule.waiting.begin()->first <= now) {
     auto node = schedule.waiting.extract(schedule.waiting.begin());
     auto& [q, e] = node.mapped();
+    // The wait is on the steady clock; the time is the wall clock's. After a step back, not yet.
+    std::uint64_t due = storage::scheduled_due(e.msg->record.deliver_at, e.msg->record.expires), wall = now_ms();
+    if (due > wall) {
+      schedule.waiting.emplace(now + std::chrono::milliseconds(due - wall), std::move(node.mapped()));
+      continue;
+    }
     q->release_hold(e.key);
+    schedule.unwait(q->id(), memory_bytes(*e.msg));
     if (find_by_id(q->id()) != q) continue;  // its queue went away meanwhile (a subscription ended)
     schedule.count(q->id(), -1);
     ++schedule.delivered;
@@ -151,28 +176,37 @@ void broker::impl::promote_due() {
     std::uint32_t id = schedule.by_due.begin()->second;
     queue_ptr q = find_by_id(id);
     if (!q || q->dropping) {
+      // Gone: forgotten. Being dropped: its records go with it; if the store refuses the drop,
+      // finish_drop reads its schedule again (reload_schedule).
       if (!q) schedule.forget(id);
-      else schedule.set_due(id, std::nullopt);  // its records go with it (drop_durable_queue)
+      else schedule.set_due(id, std::nullopt);
       continue;
     }
     std::optional<std::uint64_t> next;
     std::string prefix = storage::queue_prefix(id);
-    storage::status s = store.scan(storage::table::scheduled, prefix, prefix, [&](std::string_view k, std::string_view) {
+    storage::status s = store.scan(storage::table::scheduled, prefix, prefix, [&](std::string_view k, std::string_view v) {
       std::uint64_t due = 0;
       storage::entry_key key;
-      if (!storage::parse_scheduled_key(k, due, key)) {
-        spdlog::error("queue {}: skipped: {}", q->name(),
+      if (!storage::parse_scheduled_key(k, due, key) || v.size() < 4) {
+        // Never promoted, like an entry that does not decode (docs/storage.md, "A corrupted
+        // store"): set aside for good so that the rest of the schedule flows on.
+        spdlog::error("queue {}: a scheduled message is never delivered and stays stored: {}", q->name(),
                       storage::corrupt_record(storage::table::scheduled, k,
-                                              "a scheduled key is u32 queue id, u64 due, u8 9-priority, u64 message id")
+                                              "a scheduled key is u32 queue id, u64 due, u8 9-priority, u64 message id; "
+                                              "its value a u32 delivery count, then the message or nothing")
                           .message());
+        schedule.in_flight.emplace(k);
         return true;
       }
       if (due > now || promoted.size() == kPerPass) {
-        next = due;
+        next = std::min(next.value_or(due), due);
         return false;
       }
       std::string ks(k);
-      if (schedule.in_flight.count(ks)) return true;  // an operator's command is storing it
+      // An operator's command is storing it, or its SEND's or commit's completion has not run
+      // yet (LMDB has the record before the batch is durable): that completion schedules it
+      // again (schedule_entry), and a later pass takes it.
+      if (schedule.in_flight.count(ks) || q->is_held(key)) return true;
       b.promote_scheduled(ks);
       q->hold(key);  // until its queue has it: a refill after the commit must not hand it out first
       promoted.emplace_back(q, key);
@@ -201,9 +235,11 @@ void broker::impl::promote_due() {
         schedule.set_due(q->id(), now_ms() + 1000);
         continue;
       }
+      if (find_by_id(q->id()) != q) continue;  // dropped meanwhile: its drop removed the entry too
       schedule.count(q->id(), -1);
       ++schedule.delivered;
-      if (q->dropping) continue;  // its removal, queued after this batch, takes the entry too
+      // (Pushed even while the queue is being dropped: the drop's batch removes the entry with the
+      // queue, and if the store refuses the drop, the queue keeps it.)
       ++q->counters.depth;
       q->push(queue_entry{key, 0, true, nullptr});
       if (touched.empty() || touched.back() != q) touched.push_back(q);
@@ -232,6 +268,39 @@ std::optional<std::uint64_t> broker::impl::first_due(std::uint32_t queue_id, sto
   return first;
 }
 
+void broker::impl::forget_schedule(const queue_ptr& q) {
+  for (auto it = schedule.waiting.begin(); it != schedule.waiting.end();) {
+    if (it->second.first == q) it = schedule.waiting.erase(it);
+    else ++it;
+  }
+  schedule.forget(q->id());
+  if (!q->durable()) return;
+  // A SEND or commit submitted before the drop may have stored a scheduled record after the drop
+  // read the table: once the drop is durable nothing else writes for this queue id, so what is
+  // left now is all there is.
+  storage::batch b;
+  std::string prefix = storage::queue_prefix(q->id());
+  storage::status s = store.scan(storage::table::scheduled, prefix, prefix, [&](std::string_view k, std::string_view) {
+    b.remove_scheduled(k);
+    return true;
+  });
+  if (!s.ok()) spdlog::error("deleting {}: {}; some of its scheduled messages stay in storage", q->name(), s.message());
+  if (b.empty()) return;
+  submit(std::move(b), [name = q->name()](const storage::status& st) {
+    if (!st.ok())
+      spdlog::error("deleting {}: its last scheduled messages were not removed: {}; escrow check lists them",
+                    name, st.message());
+  });
+}
+
+void broker::impl::reload_schedule(const queue_ptr& q) {
+  storage::status s;
+  std::optional<std::uint64_t> first = first_due(q->id(), s);
+  if (!s.ok()) first = now_ms() + 1000;
+  schedule.set_due(q->id(), first);
+  arm_due_timer();
+}
+
 storage::status broker::impl::load_schedule() {
   for (const auto& [id, q] : topology.queues_by_id) {
     storage::status s;
@@ -247,27 +316,33 @@ std::vector<scheduled_view> broker::impl::list_scheduled(std::uint32_t queue_id,
   std::vector<scheduled_view> out;
   queue_ptr q = find_by_id(queue_id);
   if (!q || limit == 0) return out;
-  auto is_after = [&](std::uint64_t due, std::uint64_t id) {
-    return !after || due > after->due || (due == after->due && id > after->message_id);
+  // The order of the `scheduled` table: due time, then priority (highest first), then id.
+  auto order = [](std::uint64_t due, std::uint8_t priority, std::uint64_t id) {
+    return std::tuple{due, 9 - priority, id};
   };
-  // Stored ones, in due order, from the cursor on.
+  auto is_after = [&](std::uint64_t due, std::uint8_t priority, std::uint64_t id) {
+    return !after || order(due, priority, id) > order(after->due, after->priority, after->message_id);
+  };
+  // Stored ones, in that order, from the cursor on.
   std::string prefix = storage::queue_prefix(queue_id);
-  std::string from = after ? storage::scheduled_key(after->due, storage::entry_key{queue_id, 9, 0}) : prefix;
+  std::string from =
+      after ? storage::scheduled_key(after->due, storage::entry_key{queue_id, after->priority, after->message_id})
+            : prefix;
   storage::status s = store.scan(storage::table::scheduled, from, prefix, [&](std::string_view k, std::string_view v) {
     std::uint64_t due = 0;
     storage::entry_key key;
-    if (!storage::parse_scheduled_key(k, due, key) || !is_after(due, key.message_id)) return true;
+    if (!storage::parse_scheduled_key(k, due, key) || !is_after(due, key.priority, key.message_id)) return true;
     scheduled_view view;
     view.message_id = key.message_id;
     view.due = due;
     view.stored = true;
-    bool decoded = v.size() > 4 ? storage::decode_inline_message(v, view.record) : false;
-    if (v.size() == 4) {
-      std::string value;
-      decoded = store.get(storage::table::messages, storage::message_key(key.message_id), value).ok() &&
-                storage::message_record::decode(value, view.record);
+    // (A record that does not decode is listed with what its key says.)
+    if (v.size() > 4) {
+      (void)storage::decode_inline_message(v, view.record);
+    } else if (std::string value; store.get(storage::table::messages, storage::message_key(key.message_id), value).ok()) {
+      (void)storage::message_record::decode(value, view.record);
     }
-    if (!decoded) view.record.priority = key.priority;
+    view.record.priority = key.priority;  // what the order is by, decoded or not
     out.push_back(std::move(view));
     return out.size() < limit;
   });
@@ -278,12 +353,12 @@ std::vector<scheduled_view> broker::impl::list_scheduled(std::uint32_t queue_id,
     const auto& [hq, e] = held;
     if (hq != q) continue;
     std::uint64_t due = storage::scheduled_due(e.msg->record.deliver_at, e.msg->record.expires);
-    if (!is_after(due, e.key.message_id)) continue;
+    if (!is_after(due, e.key.priority, e.key.message_id)) continue;
     memory.push_back(scheduled_view{e.key.message_id, due, false, e.msg->record});
   }
   out.insert(out.end(), std::make_move_iterator(memory.begin()), std::make_move_iterator(memory.end()));
-  std::sort(out.begin(), out.end(), [](const scheduled_view& a, const scheduled_view& b) {
-    return a.due != b.due ? a.due < b.due : a.message_id < b.message_id;
+  std::sort(out.begin(), out.end(), [&](const scheduled_view& a, const scheduled_view& b) {
+    return order(a.due, a.record.priority, a.message_id) < order(b.due, b.record.priority, b.message_id);
   });
   if (out.size() > limit) out.resize(limit);
   return out;
@@ -293,7 +368,14 @@ void broker::impl::end_schedule(std::uint32_t queue_id, bool deliver, const std:
                                 std::size_t limit, std::function<void(const storage::status&, std::size_t)> done) {
   queue_ptr q = find_by_id(queue_id);
   if (!q) return done(storage::status{}, 0);
-  auto wanted = [&](std::uint64_t id) { return ids.empty() || std::find(ids.begin(), ids.end(), id) != ids.end(); };
+  if (q->dropping)
+    return done(storage::status{storage::status::code::failed,
+                                q->name() + " is being deleted: its scheduled messages go with it"},
+                0);
+  const std::unordered_set<std::uint64_t> id_set(ids.begin(), ids.end());
+  auto wanted = [&](std::uint64_t id) { return id_set.empty() || id_set.count(id) != 0; };
+  // With ids given, at most that many; the scan stops once they are all found.
+  if (!id_set.empty()) limit = std::min(limit, id_set.size());
   std::size_t taken = 0;
   // In memory: delivered or dropped now.
   std::vector<queue_entry> ready;
@@ -305,6 +387,7 @@ void broker::impl::end_schedule(std::uint32_t queue_id, bool deliver, const std:
     }
     q->release_hold(e.key);
     schedule.count(queue_id, -1);
+    schedule.unwait(queue_id, memory_bytes(*e.msg));
     if (deliver) {
       ++q->counters.depth;
       ready.push_back(std::move(e));
@@ -320,13 +403,14 @@ void broker::impl::end_schedule(std::uint32_t queue_id, bool deliver, const std:
   std::vector<std::string> keys;
   std::vector<storage::entry_key> entries;
   std::string prefix = storage::queue_prefix(queue_id);
-  storage::status s = store.scan(storage::table::scheduled, prefix, prefix, [&](std::string_view k, std::string_view) {
+  storage::status s = store.scan(storage::table::scheduled, prefix, prefix, [&](std::string_view k, std::string_view v) {
     if (taken >= limit) return false;
     std::uint64_t due = 0;
     storage::entry_key key;
     if (!storage::parse_scheduled_key(k, due, key) || !wanted(key.message_id)) return true;
     std::string ks(k);
-    if (!schedule.in_flight.insert(ks).second) return true;  // a pass is storing it already
+    // A pass is storing it already, or its SEND's completion has not run: left alone.
+    if (v.size() < 4 || q->is_held(key) || !schedule.in_flight.insert(ks).second) return true;
     if (deliver) {
       b.promote_scheduled(ks);
       q->hold(key);
@@ -353,19 +437,20 @@ void broker::impl::end_schedule(std::uint32_t queue_id, bool deliver, const std:
   submit(std::move(b), [this, q, deliver, keys = std::move(keys), entries = std::move(entries), in_memory,
                         done = std::move(done)](const storage::status& st) {
     for (const auto& k : keys) schedule.in_flight.erase(k);
+    const bool known = find_by_id(q->id()) == q;  // not dropped meanwhile
     for (const auto& key : entries) {
       if (deliver) q->release_hold(key);
-      if (!st.ok()) continue;
+      if (!st.ok() || !known) continue;
       schedule.count(q->id(), -1);
       if (!deliver) {
         ++schedule.deleted;
         continue;
       }
       ++schedule.delivered;
-      if (q->dropping) continue;
       ++q->counters.depth;
       q->push(queue_entry{key, 0, true, nullptr});
     }
+    if (!known) return done(st, in_memory);
     // The queue's earliest due time, read again: what is left of its schedule.
     storage::status rs;
     std::optional<std::uint64_t> first = first_due(q->id(), rs);

@@ -33,6 +33,14 @@ struct schedule_part {
   std::set<std::string> in_flight;
   // Scheduled messages that are not stored, by when they are due (held in their queue meanwhile).
   std::multimap<std::chrono::steady_clock::time_point, std::pair<queue_ptr, queue_entry>> waiting;
+  // The bytes of `waiting` by queue id, within limits.max-memory-bytes-per-queue with the ready ones.
+  std::unordered_map<std::uint32_t, std::uint64_t> waiting_bytes;
+  void unwait(std::uint32_t q, std::uint64_t bytes) {
+    auto it = waiting_bytes.find(q);
+    if (it == waiting_bytes.end()) return;
+    it->second -= std::min(bytes, it->second);
+    if (it->second == 0) waiting_bytes.erase(it);
+  }
   bool pass_running = false;    // a due pass's batch is being stored: the next waits for it
   std::uint64_t delivered = 0;  // promoted to their queue since start (metrics)
   std::uint64_t deleted = 0;    // deleted by an operator since start
@@ -66,6 +74,7 @@ struct schedule_part {
   void forget(std::uint32_t q) {
     set_due(q, std::nullopt);
     counts.erase(q);
+    waiting_bytes.erase(q);
   }
 };
 

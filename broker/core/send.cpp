@@ -190,7 +190,8 @@ bool broker::impl::route(const connection_ptr& c, frame& f, routed_message& out,
 
 void broker::impl::publish(std::vector<std::pair<queue_ptr, queue_entry>>& entries) {
   for (auto& [q, e] : entries) {
-    if (!e.stored) make_room(*q, e);
+    // (A scheduled message does not go into the ready ones yet: schedule_entry keeps its budget.)
+    if (!e.stored && e.msg->record.deliver_at == 0) make_room(*q, e);
     enqueue(q, std::move(e));
   }
   for (auto& [q, e] : entries) dispatch(q);

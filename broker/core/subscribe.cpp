@@ -209,6 +209,7 @@ void broker::impl::detach(subscription& s, storage::batch& b) {
       if (t->second.subscriptions.empty()) topology.topics.erase(t);  // topics without subscribers hold nothing
     }
     topology.queues_by_id.erase(s.source->id());
+    forget_schedule(s.source);
   }
 }
 
@@ -249,10 +250,11 @@ void broker::impl::finish_drop(const queue_ptr& q, bool stored) {
     if (!known || !q->record_durable) return;
     auto& subs = topology.topics[q->topic()].subscriptions;
     if (std::find(subs.begin(), subs.end(), q) == subs.end()) subs.push_back(q);
+    reload_schedule(q);  // the due pass left it alone while it was being dropped
     return;
   }
   remove_queue(q);
-  schedule.forget(q->id());
+  forget_schedule(q);
   auto t = topology.topics.find(q->topic());
   if (t != topology.topics.end()) {
     std::erase(t->second.subscriptions, q);

@@ -38,8 +38,9 @@ struct scheduled_view {
   bool stored = true;      // false: non-persistent (or for a non-durable subscription), in memory
   storage::message_record record;  // its headers and body (record.deliver_at: when it is delivered)
 };
-struct scheduled_cursor {
+struct scheduled_cursor {  // the list's order: due time, priority (highest first), message id
   std::uint64_t due = 0;
+  std::uint8_t priority = 4;
   std::uint64_t message_id = 0;
 };
 
