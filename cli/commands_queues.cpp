@@ -38,6 +38,7 @@ void run_queue_show(const settings& s, const output_options& o, const std::strin
   std::cout << "name                   " << text(q, "name") << "\n"
             << "kind                   " << text(q, "kind") << (text(q, "topic").empty() ? "" : " of /topic/" + text(q, "topic")) << "\n"
             << "depth                  " << text(q, "depth") << "\n"
+            << "bytes                  " << text(q, "bytes") << "\n"
             << "in flight              " << text(q, "in_flight") << "\n"
             << "consumers              " << text(q, "consumers") << "\n"
             << "oldest message         " << age(q, "oldest_age_ms") << "\n"
@@ -46,7 +47,11 @@ void run_queue_show(const settings& s, const output_options& o, const std::strin
             << " redelivered, " << text(q, "expired") << " expired, " << text(q, "dead_lettered") << " dead-lettered\n"
             << "dead-letter-address    " << text(st, "dead_letter_address") << "\n"
             << "max-delivery-attempts  " << text(st, "max_delivery_attempts") << "\n"
-            << "expiry-address         " << text(st, "expiry_address") << "\n";
+            << "expiry-address         " << text(st, "expiry_address") << "\n"
+            << "max-size-messages      " << text(st, "max_size_messages") << "\n"
+            << "max-size-bytes         " << text(st, "max_size_bytes") << "\n"
+            << "address-full-policy    " << text(st, "address_full_policy") << "\n"
+            << "ring-size              " << text(st, "ring_size") << "\n";
   const auto& consumers = array(q, "consumers_detail");
   if (consumers.empty()) return;
   std::cout << "\n";

@@ -113,15 +113,16 @@ std::size_t resource_manager::count(const std::string& owner, std::initializer_l
   return n;
 }
 
-storage::batch resource_manager::commit_batch(const branch& b, bool has_record, bool keep_record) const {
+storage::batch resource_manager::commit_batch(const branch& b, const branch_work& work, bool has_record,
+                                              bool keep_record) const {
   storage::batch out;
-  for (const auto& s : b.work.sends) {
+  for (const auto& s : work.sends) {
     std::vector<storage::entry_key> stored;
     for (const auto& t : s.targets)
       if (t.stored && (!queue_exists_ || queue_exists_(t.key.queue_id))) stored.push_back(t.key);
     if (!stored.empty()) storage::put_message(out, s.msg->id, s.msg->record, stored);
   }
-  for (const auto& c : b.work.consumed) {
+  for (const auto& c : work.consumed) {
     if (!c.stored) continue;
     if (c.negative) {
       out.set_delivery_count(c.key.encode(), c.delivery_count + 1);
@@ -269,7 +270,7 @@ void resource_manager::apply_decision(reply& r, std::uint64_t connection, const 
     case action::commit_one_phase:
     case action::commit_prepared:
       b->busy = true;
-      r.write = commit_batch(*b, has_record, false);
+      r.write = commit_batch(*b, b->work, has_record, false);
       r.work = std::move(b->work);
       break;
     case action::roll_back:
@@ -361,7 +362,7 @@ resource_manager::reply resource_manager::heuristic(const xid& x, bool commit, c
   r.act = commit ? action::heuristic_commit : action::heuristic_rollback;
   r.had_record = true;
   b->busy = true;
-  r.write = commit ? commit_batch(*b, true, true) : rollback_batch(*b, true, true);
+  r.write = commit ? commit_batch(*b, b->work, true, true) : rollback_batch(*b, true, true);
   r.work = std::move(b->work);
   return r;
 }
@@ -386,6 +387,20 @@ branch_ptr resource_manager::begin_local(std::uint64_t connection, const std::st
   return b;
 }
 
+void resource_manager::mark_rollback_only(branch& b) {
+  if (b.state == branch_state::active || b.state == branch_state::idle) set_state(b, branch_state::rollback_only);
+}
+
+void resource_manager::rewrite(reply& r) const {
+  if (!r.target) return;
+  if (r.act == action::prepare) {
+    r.write = storage::batch{};
+    r.write.put(storage::table::branches, branch_key(r.target->owner, r.target->id), encode_record(*r.target));
+  } else if (r.act == action::commit_one_phase) {
+    r.write = commit_batch(*r.target, r.work, r.had_record, false);
+  }
+}
+
 void resource_manager::connection_closed(std::uint64_t connection) {
   scans_.erase(connection);
   for (auto& [id, b] : branches_) {
@@ -401,7 +416,8 @@ std::vector<resource_manager::reply> resource_manager::expire(std::chrono::stead
   for (auto& [id, b] : branches_) {
     if (b->busy || b->deadline > now) continue;
     if (b->local) {
-      if (b->state != branch_state::idle) continue;  // being committed or rolled back
+      // (Rollback-only: a SEND in it was refused; it times out all the same.)
+      if (b->state != branch_state::idle && b->state != branch_state::rollback_only) continue;
       reply r;
       r.code = XA_RBTIMEOUT;
       r.act = action::roll_back;  // gone once rolled back: nobody asks a local transaction's code

@@ -127,7 +127,13 @@ admin_outcome admin_queue_show(admin_core& core, const frame& f) {
                    {"expiry_address", s.expiry_address},
                    {"max_delivery_attempts", s.max_delivery_attempts},
                    {"expiry_delay_ms", s.expiry_delay_ms},
-                   {"redelivery_delay_ms", s.redelivery_delay_ms}};
+                   {"redelivery_delay_ms", s.redelivery_delay_ms},
+                   {"max_size_messages", s.max_size_messages},
+                   {"max_size_bytes", s.max_size_bytes},
+                   {"address_full_policy", to_string(s.address_full_policy)},
+                   {"dead_letter_on_drop", s.dead_letter_on_drop},
+                   {"ring_size", s.ring_size}};
+  j["bytes"] = q->bytes > 0 ? q->bytes : 0;  // what max-size-bytes counts
   json::array consumers;
   for (const consumer_view& c : core.consumers(q->id))
     consumers.push_back(json::object{{"connection", c.connection},

@@ -210,6 +210,11 @@ json::object address_setting_json(const address_setting_entry& e) {
   if (e.auto_delete_queues) j["auto-delete-queues"] = *e.auto_delete_queues;
   if (e.auto_delete_queues_delay_ms) j["auto-delete-queues-delay"] = *e.auto_delete_queues_delay_ms;
   if (e.id_cache_size) j["id-cache-size"] = *e.id_cache_size;
+  if (e.max_size_messages) j["max-size-messages"] = *e.max_size_messages;
+  if (e.max_size_bytes) j["max-size-bytes"] = *e.max_size_bytes;
+  if (e.address_full_policy) j["address-full-policy"] = to_string(*e.address_full_policy);
+  if (e.dead_letter_on_drop) j["dead-letter-on-drop"] = *e.dead_letter_on_drop;
+  if (e.ring_size) j["ring-size"] = *e.ring_size;
   if (e.collision_avoidance_factor) j["redelivery-collision-avoidance-factor"] = *e.collision_avoidance_factor;
   return j;
 }

@@ -134,6 +134,12 @@ void write_queues(std::string& out, const metrics_snapshot& s) {
   per_queue(out, s, "escrow_queue_messages_dropped_total", "counter",
             "Non-persistent messages dropped, oldest first, to keep the queue within limits.max-memory-bytes-per-queue.",
             [](q m) { return m.dropped; });
+  family(out, "escrow_messages_dropped_total", "counter",
+         "Messages dropped by a full queue (address settings): reason address-full, a new message not taken "
+         "(address-full-policy DROP); drop-head or ring, its oldest message removed (DROP-HEAD, ring-size).");
+  for (const auto& d : s.dropped)
+    out += fmt::format("escrow_messages_dropped_total{{queue=\"{}\",kind=\"{}\",reason=\"{}\"}} {}\n",
+                       escape_label_value(d.queue), d.kind, d.reason, d.count);
   per_queue(out, s, "escrow_queue_depth", "gauge",
             "Messages in the queue: ready, in flight or held by a transaction.", [](q m) { return m.depth; });
   per_queue(out, s, "escrow_queue_in_flight", "gauge", "Messages delivered and not yet acknowledged.",

@@ -2,9 +2,30 @@
 #include "escrow/broker/config/address_settings.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 
 namespace escrow::broker {
+
+const char* to_string(full_policy p) {
+  switch (p) {
+    case full_policy::fail: return "FAIL";
+    case full_policy::drop: return "DROP";
+    case full_policy::drop_head: return "DROP-HEAD";
+    case full_policy::block: return "BLOCK";
+  }
+  return "FAIL";
+}
+
+std::optional<full_policy> parse_full_policy(std::string_view name) {
+  std::string upper;
+  for (char ch : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (upper == "FAIL" || upper == "REJECT-PUBLISH") return full_policy::fail;
+  if (upper == "DROP") return full_policy::drop;
+  if (upper == "DROP-HEAD") return full_policy::drop_head;
+  if (upper == "BLOCK") return full_policy::block;
+  return std::nullopt;
+}
 
 std::uint64_t address_settings::redelivery_delay_for(std::uint32_t count, double random_unit) const {
   if (redelivery_delay_ms == 0) return 0;
@@ -36,6 +57,11 @@ address_settings resolve_settings(const std::vector<address_setting_entry>& entr
     if (e->auto_delete_queues) s.auto_delete_queues = *e->auto_delete_queues;
     if (e->auto_delete_queues_delay_ms) s.auto_delete_queues_delay_ms = *e->auto_delete_queues_delay_ms;
     if (e->id_cache_size) s.id_cache_size = *e->id_cache_size;
+    if (e->max_size_messages) s.max_size_messages = *e->max_size_messages;
+    if (e->max_size_bytes) s.max_size_bytes = *e->max_size_bytes;
+    if (e->address_full_policy) s.address_full_policy = *e->address_full_policy;
+    if (e->dead_letter_on_drop) s.dead_letter_on_drop = *e->dead_letter_on_drop;
+    if (e->ring_size) s.ring_size = *e->ring_size;
   }
   return s;
 }

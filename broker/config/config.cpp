@@ -108,6 +108,15 @@ toml_keys address_setting_keys(address_setting_entry& e) {
       return "";
     };
   };
+  // A limit: an integer of at least `min`, or -1 for none.
+  auto limit = [](std::optional<std::int64_t>& field, std::int64_t min, const char* rule) -> toml_setter {
+    return [&field, min, rule](const toml::node& n) -> std::string {
+      auto v = n.value_exact<std::int64_t>();
+      if (!n.is_integer() || !v || (*v < min && *v != -1)) return std::string("must be ") + rule;
+      field = *v;
+      return "";
+    };
+  };
   auto real = [](std::optional<double>& field, double min, double max, const char* rule) -> toml_setter {
     return [&field, min, max, rule](const toml::node& n) -> std::string {
       auto v = n.value<double>();  // an integer is accepted as a number too
@@ -146,6 +155,21 @@ toml_keys address_setting_keys(address_setting_entry& e) {
          if (!n.is_integer() || !v || *v < 0 || *v > kMaxIdCacheSize)
            return fmt::format("must be a count of ids from 0 (no duplicate detection) to {}", kMaxIdCacheSize);
          e.id_cache_size = static_cast<std::uint32_t>(*v);
+         return "";
+       }},
+      {"max-size-messages", limit(e.max_size_messages, 0, "a count of messages (0 or more), or -1 for no limit")},
+      {"max-size-bytes", limit(e.max_size_bytes, 0, "a size in bytes (0 or more), or -1 for no limit")},
+      {"ring-size", limit(e.ring_size, 1, "a count of messages (at least 1), or -1 for no ring")},
+      {"address-full-policy", [&e](const toml::node& n) -> std::string {
+         auto p = n.is_string() ? parse_full_policy(*n.value<std::string>()) : std::nullopt;
+         if (!p) return "must be \"FAIL\", \"DROP\", \"DROP-HEAD\" or \"BLOCK\" (or RabbitMQ's \"reject-publish\", "
+                        "\"drop-head\")";
+         e.address_full_policy = *p;
+         return "";
+       }},
+      {"dead-letter-on-drop", [&e](const toml::node& n) -> std::string {
+         if (!n.is_boolean()) return "must be true or false";
+         e.dead_letter_on_drop = *n.value<bool>();
          return "";
        }},
       {"max-redelivery-delay", non_negative(e.max_redelivery_delay_ms)},

@@ -48,6 +48,7 @@ queue_view view_of(const std::string& key, const queue& q, std::uint64_t in_flig
   static_cast<message_counts&>(v) = q.counters;
   v.depth = q.counters.depth;
   if (auto it = sched.counts.find(q.id()); it != sched.counts.end()) v.scheduled = it->second;
+  v.bytes = q.counters.bytes;
   if (q.type() == queue::kind::durable_subscription)
     if (auto d = parse_durable_key(key)) {
       v.client_id = d->client_id;

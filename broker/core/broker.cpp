@@ -175,6 +175,8 @@ void broker::impl::run_completions() {
 }
 
 void broker::impl::flush() {
+  // Producers waiting for room (address-full-policy BLOCK) go on where this turn made some.
+  if (!limits.waited_on.empty() && !limits.waking) wake_blocked();
   for (auto& c : clients.dirty) {
     c->last_outbox = c->outbox.size();
     if (!c->outbox.empty() && !c->output_closed) c->out->send(std::move(c->outbox));
@@ -311,6 +313,7 @@ storage::status broker::impl::load_queues(std::size_t& loaded) {
                                      r.topic, &store, config.queue_memory_window,
                                    config.queue_memory_bytes);
     q->start_unloaded();
+    q->room.counted = false;  // until its stored messages are counted (count_depths)
     q->storage_key = name;
     q->creator = r.creator;
     q->record_durable = true;
@@ -336,6 +339,7 @@ storage::status broker::impl::load_branches(std::size_t& prepared) {
     hold_duplicate_ids(*b);  // the _AMQ_DUPL_ID values its commit claims (duplicates.cpp)
     for (const auto& c : b->work.consumed)
       if (queue_ptr q = find_by_id(c.key.queue_id)) q->hold(c.key);
+    hold_prepared_room(*b);  // what it sends keeps its room in limited queues (address_limits.cpp)
   }
   next_message_id = std::max(next_message_id, transactions.rm.max_staged_message_id() + 1);
   return {};
@@ -346,6 +350,9 @@ storage::status broker::open() {
   std::size_t loaded = 0, prepared = 0;
   if (storage::status s = m.load_next_ids(); !s.ok()) return s;
   if (storage::status s = m.load_queues(loaded); !s.ok()) return s;
+  // Queues with a limit know their depth before any SEND (address_limits.cpp); the others are
+  // counted in the background.
+  if (storage::status s = m.count_limited_queues(); !s.ok()) return s;
   if (storage::status s = m.load_schedule(); !s.ok()) return s;
   if (storage::status ds = m.count_depths(); !ds.ok()) return ds;
   if (storage::status s = m.load_branches(prepared); !s.ok()) return s;
@@ -442,6 +449,11 @@ void broker::on_frames(std::uint64_t id, std::vector<frame> frames) {
       connection_ptr c = it->second;
       for (auto& f : frames) {
         if (c->input_closed) break;
+        // Behind a SEND waiting for room (BLOCK), every later frame waits too, in order.
+        if (c->parked) {
+          m->park_behind(*c, std::move(f));
+          continue;
+        }
         m->handle_frame(c, f);
       }
       m->flush();
@@ -452,6 +464,8 @@ void broker::on_frames(std::uint64_t id, std::vector<frame> frames) {
 }
 
 bool broker::memory_alarm_set() const { return impl_->alarm->set(); }
+
+bool broker::sends_blocked(std::uint64_t connection_id) const { return impl_->unstored.blocked(connection_id); }
 
 void broker::stop_input() { impl_->input_stopped = true; }
 bool broker::input_stopped() const { return impl_->input_stopped.load(std::memory_order_relaxed); }
@@ -470,6 +484,7 @@ void broker::on_closed(std::uint64_t id) {
     connection_ptr c = it->second;
     m->clients.connections.erase(it);
     if (c->admitted) m->release(*c);
+    m->forget_parked(*c);  // a SEND waiting for room, and the frames behind it, go with it
     c->input_closed = c->output_closed = true;
     storage::batch b;
     std::vector<queue_ptr> touched;

@@ -70,6 +70,9 @@ struct connection {
   bool input_closed = false;   // ERROR or DISCONNECT: later frames are ignored
   bool output_closed = false;  // ERROR sent or connection gone: nothing more is written
   std::string outbox;          // frames encoded during this core turn, sent at its end
+  // A SEND waiting for room in a full queue (address-full-policy BLOCK) and the frames behind it;
+  // null when none waits (address_limits.cpp).
+  std::unique_ptr<parked_send> parked;
   std::size_t last_outbox = 0; // bytes of the outbox sent last: the next one starts with that room
 };
 using connection_ptr = std::shared_ptr<connection>;

@@ -77,12 +77,22 @@ struct sweep_page_entry {
   storage::entry_key key;
   std::uint32_t delivery_count = 0;
   std::string value;
+  std::uint64_t size = 0;  // a purge's: the stored size of its message (queue_counters::bytes)
 };
 
 // A SEND, validated and routed: the message and its entry in each target queue.
 struct routed_message {
   message_ptr msg;
   std::vector<std::pair<queue_ptr, queue_entry>> entries;
+};
+
+// The oldest ready messages a full DROP-HEAD or ring queue loses to make room (address_limits.cpp),
+// in the batch that stores what replaces them: deleted, or moved to the dead letter address
+// (dead-letter-on-drop). Once that batch is stored they are gone; if it is refused they go back.
+struct room_plan {
+  std::vector<move_plan> drops;
+  std::vector<bool> by_ring;  // per drop: ring-size removed it (else DROP-HEAD)
+  bool empty() const { return drops.empty(); }
 };
 
 struct broker::impl {
@@ -101,6 +111,7 @@ struct broker::impl {
   connections_part clients;  // connections, their subscriptions and outboxes (connections_part.h)
   transactions_part transactions;  // the branches, their latencies, staged bytes (transactions_part.h)
   acks_part acks;  // acknowledgements waiting for the next write (acks_part.h)
+  limits_part limits;  // prepared branches' room, queues producers wait on (address_limits_part.h)
   std::uint64_t next_message_id = 1;
   std::unique_ptr<core_timers> timers;
   std::unique_ptr<memory_alarm> alarm;  // limits.memory-high-watermark (memory_alarm.h)
@@ -301,6 +312,57 @@ struct broker::impl {
                            const std::optional<std::string>& creator = std::nullopt);
   bool route(const connection_ptr& c, frame& f, routed_message& out, storage::batch& records);
   void publish(std::vector<std::pair<queue_ptr, queue_entry>>& entries);
+  // A SEND outside a transaction, routed and within the user's limits: checked against its queues'
+  // limits, then stored (its RECEIPT once durable) and published. `f` keeps its receipt header.
+  void send_routed(const connection_ptr& c, frame& f, routed_message routed, storage::batch b, std::uint64_t storing,
+                   std::optional<std::string> duplicate_id);
+
+  // Queue limits (address_limits.cpp; docs/configuration.md, "Queue limits"): max-size-messages,
+  // max-size-bytes, address-full-policy, dead-letter-on-drop and ring-size, per queue.
+  enum class admission { admitted, refused, parked };
+  // The address settings of a routed SEND's queues (they share one address).
+  const address_settings& settings_of(const routed_message& routed);
+  // Whether a SEND outside a transaction fits in each of its queues: FAIL answers the ERROR
+  // (refused); BLOCK leaves it to wait for `wait_on` (parked: the caller parks it); DROP takes the
+  // full queues out of routed.entries (counted, logged). Changes nothing else.
+  admission admit_send(const connection_ptr& c, const frame& f, routed_message& routed, std::uint32_t& wait_on);
+  // DROP-HEAD and ring-size: the oldest ready messages of routed's queues that must go for it to
+  // fit, their removal (or dead-letter move) added to `b` and `drops`.
+  void make_room_for_send(routed_message& routed, storage::batch& b, room_plan& drops);
+  // Removes q's oldest ready messages into `b` and `drops` until `messages` more of `bytes` fit
+  // (`reserved`: they hold their room already) under its ring-size and (DROP-HEAD) its max-size
+  // limits, or none is ready (in flight ones stay); at most one per new message when q was over
+  // its limits before (a lowered limit).
+  void drop_oldest(const queue_ptr& q, const address_settings& s, std::int64_t messages, std::int64_t bytes,
+                   bool reserved, storage::batch& b, room_plan& drops);
+  // The batch of `drops` is done: stored (gone, counted, copies published) or refused (back).
+  void finish_room_plan(room_plan& drops, bool stored);
+  // `messages` of `bytes` more (or fewer, negative) are on their way into q (queue_room::reserved).
+  void reserve_room(queue& q, std::int64_t messages, std::int64_t bytes);
+  void reserve_room(const std::vector<room_held>& held, int sign);
+  // A SEND in the open transaction `b`: false with the reason when a FAIL queue is full (the caller
+  // makes `b` rollback-only); DROP queues that are full are taken out of routed.entries.
+  bool admit_staged(const rm::branch& b, routed_message& routed, std::string& refusal);
+  // That refusal's answer: `b` rollback-only, the SEND's RECEIPT saying so (`records` submitted).
+  void refuse_in_transaction(const connection_ptr& c, const frame& f, rm::branch& b, storage::batch records,
+                             const std::string& refusal);
+  // carry_out's gate: a prepare or one-phase commit whose sends do not fit in a FAIL or BLOCK queue
+  // is rolled back instead (XA_RBOTHER, branch::refusal saying which limit; false then); DROP
+  // queues take what fits; room is reserved at prepare until the branch is decided, and for a
+  // commit until it is done; DROP-HEAD and ring queues lose their oldest in the commit's batch.
+  bool gate_limits(rm::resource_manager::reply& r, std::function<void(int)>& done);
+  void hold_prepared_room(const rm::branch& b);  // a prepared branch recovered at open
+  // BLOCK: `c` waits with its SEND (`resume` takes it up again) for room in `queue_id`; the frames
+  // it sends meanwhile wait behind it (park_behind) and its session stops reading it.
+  void park(const connection_ptr& c, std::uint32_t queue_id, std::int64_t bytes, std::uint64_t held,
+            std::function<void()> resume);
+  void park_behind(connection& c, frame f);
+  // At the end of a core turn: each waiting SEND that fits now is taken up, then the frames behind it.
+  void wake_blocked();
+  void resume_parked(const connection_ptr& c);  // its SEND fits now: taken up, then what waited behind it
+  void forget_parked(connection& c);  // it closed
+  // At open, before anything is served: the stored messages and bytes of each queue with a limit.
+  storage::status count_limited_queues();
 
   // Duplicate detection (duplicates.cpp; docs/stomp.md, "Duplicate detection"): a SEND's
   // _AMQ_DUPL_ID is remembered for its destination (the address: /queue/x and /topic/x are two) in
@@ -418,6 +480,13 @@ struct broker::impl {
   // One pass over the stored schedule: what is due, up to a batch, becomes queue entries once the
   // batch is stored; the next pass follows its completion.
   void promote_due();
+  struct promoted_entry {
+    queue_ptr q;
+    storage::entry_key key;
+    std::uint64_t size;  // what it counts for in the queue's bytes (max-size-bytes)
+  };
+  // That size for a `scheduled` record with value `value`: its message's stored size.
+  std::uint64_t scheduled_size(const storage::entry_key& key, std::string_view value) const;
   storage::status load_schedule();  // broker::open: each queue's earliest due time
   // A queue that is gone (a durable subscription dropped, a subscription ended): its waiting
   // messages and counts are forgotten, and scheduled records stored after the drop read the
@@ -450,6 +519,7 @@ struct broker::impl {
   metrics_snapshot snapshot() const;
   // The queues' part of it: broker-wide totals, the series of the deepest max-queue-metrics.
   void collect_queues(metrics_snapshot& s) const;
+  void collect_drops(metrics_snapshot& s) const;  // what full queues dropped (address_limits.cpp)
 };
 
 

@@ -107,7 +107,7 @@ void broker::impl::hand_out(const queue_ptr& q, subscription& chosen, queue_entr
   std::uint64_t tag = c.next_tag++;
   ++q->counters.delivered;
   if (chosen.mode == ack_mode::auto_ack) {
-    q->counters.removed(q->counters.acknowledged);
+    q->counters.removed(q->counters.acknowledged, stored_size(e));
     // auto: the message counts as acknowledged once it is written to the consumer; a stored
     // entry goes for good once the batch of the pass is durable.
     write_message(c, chosen, tag, e);
@@ -243,7 +243,7 @@ void broker::impl::finish_acks(std::vector<delivery>& removed, bool stored) {
       continue;
     }
     --d.source->counters.acknowledged;
-    ++d.source->counters.depth;
+    d.source->counters.added(stored_size(d.entry));
     ++d.entry.delivery_count;
     offer_again(d.source, std::move(d.entry));
     touched.push_back(d.source);
@@ -274,11 +274,11 @@ void broker::impl::handle_ack(const connection_ptr& c, const frame& f, bool posi
     } else if (!positive || branch) {
       requeue(std::move(d), b);  // NACK, or an ACK in a branch already rolled back
     } else if (d.entry.stored) {
-      d.source->counters.removed(d.source->counters.acknowledged);
+      d.source->counters.removed(d.source->counters.acknowledged, stored_size(d.entry));
       storage::erase_entry(b, d.entry.key);
       removed.push_back(std::move(d));  // the map entry is erased just below
     } else {
-      d.source->counters.removed(d.source->counters.acknowledged);
+      d.source->counters.removed(d.source->counters.acknowledged, stored_size(d.entry));
       d.source->release_hold(d.entry.key);
     }
   }

@@ -71,7 +71,7 @@ void broker::impl::make_room(queue& q, const queue_entry& e) {
   if (q.unstored_bytes() + bytes <= config.max_memory_bytes_per_queue) return;
   auto dropped = q.take_oldest_unstored(q.unstored_bytes() + bytes - config.max_memory_bytes_per_queue);
   for (auto& d : dropped) {
-    q.counters.removed(q.counters.dropped);
+    q.counters.removed(q.counters.dropped, stored_size(d));
     q.release_hold(d.key);
   }
   spdlog::debug("{} '{}': dropped its {} oldest non-persistent messages (limits.max-memory-bytes-per-queue)",

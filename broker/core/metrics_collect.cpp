@@ -30,13 +30,15 @@ histogram to_histogram(const std::vector<double>& bounds, const std::vector<std:
 // grow with the number of stored messages (DESIGN.md, invariant 7). So a read snapshot is taken at
 // open, before any change, and a background thread walks its entry keys and counts them by queue;
 // the core adds the counts to the depths it has been keeping since open (which may be negative
-// meanwhile). Until then /metrics shows the changes since start only.
+// meanwhile). Until then /metrics shows the changes since start only. The same pass counts each
+// queue's stored bytes (queue_counters::bytes, what max-size-bytes limits). Queues with a limit were
+// counted at open already (count_limited_queues, address_limits.cpp): they keep that count.
 storage::status broker::impl::count_depths() {
   std::unique_ptr<storage::store::read_snapshot> at;
   if (storage::status s = store.snapshot(at); !s.ok()) return s;
   depth_counter = std::thread([this, at = std::shared_ptr<storage::store::read_snapshot>(std::move(at))] {
     auto started = std::chrono::steady_clock::now();
-    auto counts = std::make_shared<std::unordered_map<std::uint32_t, std::uint64_t>>();
+    auto counts = std::make_shared<std::unordered_map<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>>>();
     std::uint64_t total = 0;
     // The same pass counts the bytes of each sender's stored records (limits.max-stored-bytes-per-
     // user): the messages stored inline in their entry here, those shared by several entries below.
@@ -50,8 +52,19 @@ storage::status broker::impl::count_depths() {
     storage::status s = store.scan(*at, storage::table::entries, {}, {}, [&](std::string_view k, std::string_view v) {
       storage::entry_key key;
       if (storage::entry_key::decode(k, key)) {
-        ++(*counts)[key.queue_id];
+        auto& [n, bytes] = (*counts)[key.queue_id];
+        ++n;
         ++total;
+        // Its message's stored size: inline after the delivery count, or the record it shares.
+        if (v.size() > 4) {
+          bytes += v.size() - 4;
+        } else {
+          std::string mkey = storage::message_key(key.message_id);
+          (void)store.scan(*at, storage::table::messages, mkey, mkey, [&](std::string_view, std::string_view record) {
+            bytes += record.size();
+            return false;
+          });
+        }
       }
       return count_sender(storage::table::entries, v);
     });
@@ -68,7 +81,14 @@ storage::status broker::impl::count_depths() {
       s = store.scan(*at, storage::table::messages, {}, {},
                      [&](std::string_view, std::string_view v) { return count_sender(storage::table::messages, v); });
     if (!s.ok() || stopping.load()) {
-      if (!s.ok()) spdlog::error("counting the stored messages of each queue: {}; depths and stored bytes per user count from start", s.message());
+      if (!s.ok()) {
+        spdlog::error("counting the stored messages of each queue: {}; depths and stored bytes per user count from start", s.message());
+        // Queue limits take the depths as they are rather than wait for a count that will not come.
+        post([this] {
+          for (auto& [id, q] : topology.queues_by_id) q->room.counted = true;
+          flush();  // SENDs waiting for a count (BLOCK) look again
+        });
+      }
       return;
     }
     std::uint64_t sender_bytes = 0;
@@ -78,11 +98,18 @@ storage::status broker::impl::count_depths() {
                  by_sender.size());
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
     post([this, counts, scheduled, total, ms] {
-      for (auto& [id, n] : *counts)
-        if (queue_ptr q = find_by_id(id)) q->counters.depth += static_cast<std::int64_t>(n);
+      for (auto& [id, n] : *counts) {
+        queue_ptr q = find_by_id(id);
+        if (!q || q->room.counted) continue;  // counted at open (a limited queue), or made since
+        q->counters.depth += static_cast<std::int64_t>(n.first);
+        q->counters.bytes += static_cast<std::int64_t>(n.second);
+      }
+      // Every queue's depth is known now, those without stored messages too.
+      for (auto& [id, q] : topology.queues_by_id) q->room.counted = true;
       for (auto& [id, n] : *scheduled)
         if (find_by_id(id)) schedule.count(id, static_cast<std::int64_t>(n));
       spdlog::info("counted {} stored messages in {} queues in {} ms (in the background)", total, counts->size(), ms);
+      flush();  // SENDs waiting for a count (BLOCK) look again
     });
   });
   return {};
@@ -205,6 +232,7 @@ metrics_snapshot broker::impl::snapshot() const {
   s.commit_seconds = transactions.commit_latency.value();
   collect_store(store.stats(), s);
   collect_queues(s);
+  collect_drops(s);
   return s;
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "address_limits_part.h"
 #include "escrow/broker/core/metrics.h"
 #include "escrow/storage/message.h"
 
@@ -49,14 +50,29 @@ struct queue_entry {
   message_ptr msg;                   // null until loaded for a stored entry
 };
 
+// What one message counts for in a queue's bytes (max-size-bytes): its stored size, as
+// storage::message_record::encoded_size() (body, headers, destination); 0 until it is loaded.
+inline std::uint64_t stored_size(const queue_entry& e) { return e.msg ? e.msg->record.encoded_size() : 0; }
+
 // What happened to a queue's messages since start (depth: since open, counted then from storage);
-// kept by the core strand where it moves messages, read by the metrics (docs/operations.md).
+// kept by the core strand where it moves messages, read by the metrics (docs/operations.md) and by
+// the queue limits (address_limits.cpp).
 struct queue_counters : message_counts {
   std::int64_t depth = 0;  // in the queue (ready, in flight, held): changes since open, plus the
                            // stored count once the background count at open has added it
-  void removed(std::uint64_t& why) {
+  std::int64_t bytes = 0;  // the stored sizes (stored_size()) of what depth counts, kept the same way
+  void added(std::uint64_t size) {
+    ++depth;
+    bytes += static_cast<std::int64_t>(size);
+  }
+  // A message of `size` left the queue (`why` counts the reason).
+  void removed(std::uint64_t& why, std::uint64_t size) {
     ++why;
+    left(size);
+  }
+  void left(std::uint64_t size) {
     --depth;
+    bytes -= static_cast<std::int64_t>(size);
   }
 };
 
@@ -128,6 +144,7 @@ class queue {
   std::int64_t unused_since_ms = 0;
 
   queue_counters counters;
+  queue_room room;  // what its limits see besides its depth (address_limits_part.h)
 
   // Consumers attached to this queue, served round robin.
   std::vector<subscription*>& consumers() { return consumers_; }

@@ -75,8 +75,10 @@ std::optional<std::string> scheduled_delivery(const frame& f, std::uint64_t now,
 void broker::impl::enqueue(const queue_ptr& q, queue_entry e) {
   if (e.stored) q->release_hold(e.key);
   ++q->counters.enqueued;
+  // (A scheduled message counts in the queue's depth and bytes, and so in its limits, from when it
+  // is due: address_limits.cpp.)
   if (e.msg && e.msg->record.deliver_at != 0) return schedule_entry(q, std::move(e));
-  ++q->counters.depth;
+  q->counters.added(stored_size(e));
   q->push(std::move(e));
 }
 
@@ -159,18 +161,24 @@ void broker::impl::release_waiting() {
     if (find_by_id(q->id()) != q) continue;  // its queue went away meanwhile (a subscription ended)
     schedule.count(q->id(), -1);
     ++schedule.delivered;
-    ++q->counters.depth;
+    q->counters.added(stored_size(e));
     q->push(std::move(e));
     if (touched.empty() || touched.back() != q) touched.push_back(q);
   }
   for (auto& q : touched) dispatch(q);
 }
 
+std::uint64_t broker::impl::scheduled_size(const storage::entry_key& key, std::string_view value) const {
+  if (value.size() > 4) return value.size() - 4;  // the message inline
+  std::string record;
+  return store.get(storage::table::messages, storage::message_key(key.message_id), record).ok() ? record.size() : 0;
+}
+
 void broker::impl::promote_due() {
   if (schedule.pass_running) return;  // its completion runs the next pass
   const std::uint64_t now = now_ms();
   storage::batch b;
-  std::vector<std::pair<queue_ptr, storage::entry_key>> promoted;
+  std::vector<promoted_entry> promoted;
   std::vector<std::string> keys;
   while (!schedule.by_due.empty() && schedule.by_due.begin()->first <= now && promoted.size() < kPerPass) {
     std::uint32_t id = schedule.by_due.begin()->second;
@@ -209,7 +217,7 @@ void broker::impl::promote_due() {
       if (schedule.in_flight.count(ks) || q->is_held(key)) return true;
       b.promote_scheduled(ks);
       q->hold(key);  // until its queue has it: a refill after the commit must not hand it out first
-      promoted.emplace_back(q, key);
+      promoted.push_back(promoted_entry{q, key, scheduled_size(key, v)});
       keys.push_back(std::move(ks));
       schedule.in_flight.insert(keys.back());
       return true;
@@ -227,7 +235,7 @@ void broker::impl::promote_due() {
     schedule.pass_running = false;
     for (const auto& k : keys) schedule.in_flight.erase(k);
     std::vector<queue_ptr> touched;
-    for (const auto& [q, key] : promoted) {
+    for (const auto& [q, key, size] : promoted) {
       q->release_hold(key);
       if (!s.ok()) {
         // Still in the schedule, as the store says, and the queue's earliest: tried again in a
@@ -240,7 +248,7 @@ void broker::impl::promote_due() {
       ++schedule.delivered;
       // (Pushed even while the queue is being dropped: the drop's batch removes the entry with the
       // queue, and if the store refuses the drop, the queue keeps it.)
-      ++q->counters.depth;
+      q->counters.added(size);
       q->push(queue_entry{key, 0, true, nullptr});
       if (touched.empty() || touched.back() != q) touched.push_back(q);
     }
@@ -389,7 +397,7 @@ void broker::impl::end_schedule(std::uint32_t queue_id, bool deliver, const std:
     schedule.count(queue_id, -1);
     schedule.unwait(queue_id, memory_bytes(*e.msg));
     if (deliver) {
-      ++q->counters.depth;
+      q->counters.added(stored_size(e));
       ready.push_back(std::move(e));
     } else {
       ++schedule.deleted;
@@ -402,6 +410,7 @@ void broker::impl::end_schedule(std::uint32_t queue_id, bool deliver, const std:
   storage::batch b;
   std::vector<std::string> keys;
   std::vector<storage::entry_key> entries;
+  std::vector<std::uint64_t> sizes;  // what each counts for in the queue's bytes once delivered
   std::string prefix = storage::queue_prefix(queue_id);
   storage::status s = store.scan(storage::table::scheduled, prefix, prefix, [&](std::string_view k, std::string_view v) {
     if (taken >= limit) return false;
@@ -419,6 +428,7 @@ void broker::impl::end_schedule(std::uint32_t queue_id, bool deliver, const std:
     }
     keys.push_back(std::move(ks));
     entries.push_back(key);
+    sizes.push_back(deliver ? scheduled_size(key, v) : 0);
     ++taken;
     return true;
   });
@@ -434,11 +444,13 @@ void broker::impl::end_schedule(std::uint32_t queue_id, bool deliver, const std:
     if (in_memory > 0) dispatch(q);
     return done(storage::status{}, in_memory);
   }
-  submit(std::move(b), [this, q, deliver, keys = std::move(keys), entries = std::move(entries), in_memory,
+  submit(std::move(b), [this, q, deliver, keys = std::move(keys), entries = std::move(entries),
+                        sizes = std::move(sizes), in_memory,
                         done = std::move(done)](const storage::status& st) {
     for (const auto& k : keys) schedule.in_flight.erase(k);
     const bool known = find_by_id(q->id()) == q;  // not dropped meanwhile
-    for (const auto& key : entries) {
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const storage::entry_key& key = entries[i];
       if (deliver) q->release_hold(key);
       if (!st.ok() || !known) continue;
       schedule.count(q->id(), -1);
@@ -447,7 +459,7 @@ void broker::impl::end_schedule(std::uint32_t queue_id, bool deliver, const std:
         continue;
       }
       ++schedule.delivered;
-      ++q->counters.depth;
+      q->counters.added(sizes[i]);
       q->push(queue_entry{key, 0, true, nullptr});
     }
     if (!known) return done(st, in_memory);

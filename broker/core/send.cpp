@@ -235,24 +235,53 @@ void broker::impl::handle_send(const connection_ptr& c, frame& f) {
     if (!may_store(*c, storing, in_transaction, f)) return;
   }
 
-  // Outside a transaction an id already taken drops the SEND here (answered as a duplicate); a new
-  // one is written in the message's batch. In a transaction it is claimed at commit (carry_out).
-  duplicate_ids claims;
-  if (duplicate_id && !branch &&
-      !claim_send_id(c, f, routed.msg->record.destination, *duplicate_id, b, claims))
-    return;
-
   if (branch) {
     // Inside a transaction the message waits in the branch; nothing is visible before commit. A
     // branch that no longer takes work (rolled back, rollback-only) drops it: its end, prepare or
     // commit answers XA_RB*.
     if (takes_work(*branch)) {
+      // A full queue under FAIL makes the transaction rollback-only; under DROP it takes no copy
+      // (address_limits.cpp). Its commit checks again.
+      std::string refusal;
+      if (!admit_staged(*branch, routed, refusal)) return refuse_in_transaction(c, f, *branch, std::move(b), refusal);
       rm::staged_send staged{routed.msg, {}};
       for (auto& [q, e] : routed.entries) staged.targets.push_back(rm::send_target{e.key, e.stored});
       branch->work.sends.push_back(std::move(staged));
     }
     return receipt_after(c, f, std::move(b));  // b holds only new queues' records
   }
+  send_routed(c, f, std::move(routed), std::move(b), storing, std::move(duplicate_id));
+}
+
+void broker::impl::send_routed(const connection_ptr& c, frame& f, routed_message routed, storage::batch b,
+                               std::uint64_t storing, std::optional<std::string> duplicate_id) {
+  // Queue limits (address_limits.cpp): a full queue refuses the SEND (FAIL), makes it wait (BLOCK)
+  // or takes no copy (DROP); DROP-HEAD and ring queues make room below.
+  std::uint32_t wait_on = 0;
+  switch (admit_send(c, f, routed, wait_on)) {
+    case admission::refused: return;
+    case admission::parked: {
+      std::int64_t bytes = static_cast<std::int64_t>(routed.msg->record.encoded_size());
+      std::uint64_t held = routed.msg->record.body.size() + 64;  // as on_frames counted the frame
+      auto resume = [this, c, request = std::make_shared<frame>(std::move(f)), routed = std::move(routed),
+                     b = std::move(b), storing, duplicate_id = std::move(duplicate_id)]() mutable {
+        // Queues that went away meanwhile (a durable subscription ended) take nothing.
+        std::erase_if(routed.entries,
+                      [this](const auto& e) { return find_by_id(e.first->id()) != e.first || e.first->dropping; });
+        send_routed(c, *request, std::move(routed), std::move(b), storing, std::move(duplicate_id));
+      };
+      return park(c, wait_on, bytes, held, std::move(resume));
+    }
+    case admission::admitted: break;
+  }
+
+  // Outside a transaction an id already taken drops the SEND here (answered as a duplicate); a new
+  // one is written in the message's batch. In a transaction it is claimed at commit (carry_out).
+  duplicate_ids claims;
+  if (duplicate_id && !claim_send_id(c, f, routed.msg->record.destination, *duplicate_id, b, claims)) return;
+  // A full DROP-HEAD or ring queue loses its oldest ready messages in this SEND's batch.
+  room_plan drops;
+  make_room_for_send(routed, b, drops);
 
   std::vector<storage::entry_key> stored;
   b.reserve(routed.msg->record.body.size() + 256 + 32 * routed.entries.size());
@@ -261,7 +290,7 @@ void broker::impl::handle_send(const connection_ptr& c, frame& f) {
     q->hold(e.key);
     stored.push_back(e.key);
   }
-  if (stored.empty() && claims.empty()) {
+  if (stored.empty() && claims.empty() && drops.empty()) {
     // Only new queues' records: nothing waits for them (the next write carries them again if refused).
     if (!b.empty())
       submit(std::move(b), [](const storage::status& s) {
@@ -276,13 +305,17 @@ void broker::impl::handle_send(const connection_ptr& c, frame& f) {
   }
 
   // Nobody sees the message until it is durable (a message stored nowhere: until its id is):
-  // consumers get it from the completion.
+  // consumers get it from the completion. Until then it holds its room in each queue.
+  std::int64_t size = static_cast<std::int64_t>(routed.msg->record.encoded_size());
+  for (auto& [q, e] : routed.entries) reserve_room(*q, 1, size);
   count_storing(c->info.user, storing, false);
   receipt_after(c, f, std::move(b), "message",
-                [this, user = c->info.user, storing, entries = std::move(routed.entries),
-                 claims = std::move(claims)](bool stored) mutable {
+                [this, user = c->info.user, storing, size, entries = std::move(routed.entries),
+                 claims = std::move(claims), drops = std::move(drops)](bool stored) mutable {
                   release_duplicate_ids(claims);
                   count_storing(user, storing, true);
+                  for (auto& [q, e] : entries) reserve_room(*q, -1, -size);
+                  finish_room_plan(drops, stored);
                   if (stored) return publish(entries);
                   for (auto& [q, e] : entries)
                     if (e.stored) q->release_hold(e.key);

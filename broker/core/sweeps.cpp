@@ -12,6 +12,7 @@
 
 #include "core.h"
 #include "escrow/broker/core/stored_entries.h"
+#include "escrow/storage/schema.h"
 #include "escrow/storage/store.h"
 
 namespace escrow::broker {
@@ -64,7 +65,10 @@ storage::status read_sweep_page(const storage::store& st, queue_sweep& s, std::v
       return false;
     }
     if (decoded) {
-      page.push_back({key, storage::decode_delivery_count(v), with_values ? std::string(v) : std::string()});
+      // A purge reads no values, but the stored size of what it removes counts in the queue's bytes:
+      // the value past its delivery count when the message is inline, else looked up below.
+      std::uint64_t size = v.size() > 4 ? v.size() - 4 : 0;
+      page.push_back({key, storage::decode_delivery_count(v), with_values ? std::string(v) : std::string(), size});
       bytes += v.size();
     }
     if (++looked == kSweepSlice || (with_values && bytes >= kSweepSliceBytes)) {
@@ -74,6 +78,12 @@ storage::status read_sweep_page(const storage::store& st, queue_sweep& s, std::v
     return true;
   });
   if (!status.ok()) return status;
+  if (!with_values)
+    for (auto& p : page) {
+      if (p.size != 0) continue;
+      std::string record;  // a message several entries share (a topic's): stored once, in messages
+      if (st.get(storage::table::messages, storage::message_key(p.key.message_id), record).ok()) p.size = record.size();
+    }
   if (next) s.next = std::move(*next);
   else s.at_end = true;
   return status;
@@ -140,12 +150,15 @@ void broker::impl::purge_slice(const sweep_ptr& s, std::vector<sweep_page_entry>
   // out a redelivery delay, being written) stays, and is delivered again if it comes back.
   std::size_t held = 0;
   storage::batch b;
+  std::vector<std::uint64_t> sizes;  // of `taken`, for the queue's bytes
+  for (const auto& e : taken) sizes.push_back(stored_size(e));
   for (const auto& p : page) {
     std::optional<queue_entry> t = q->take(p.key);
     if (!t) {
       ++held;
       continue;
     }
+    sizes.push_back(t->msg ? stored_size(*t) : p.size);
     // An entry taken from storage alone has no count in memory: it keeps its stored one if it
     // comes back.
     t->delivery_count = std::max(t->delivery_count, p.delivery_count);
@@ -158,12 +171,13 @@ void broker::impl::purge_slice(const sweep_ptr& s, std::vector<sweep_page_entry>
   }
   // Once stored the entries are gone; if the store refuses they go back, as storage still has them.
   // (A batch that only drops non-persistent messages is empty: a barrier, stored at once.)
-  submit(std::move(b), [this, s, taken = std::move(taken), held](const storage::status& st) mutable {
+  submit(std::move(b), [this, s, taken = std::move(taken), sizes = std::move(sizes), held](const storage::status& st) mutable {
     const queue_ptr& q = s->from;
     bool stored = st.ok();
-    for (auto& e : taken) {
+    for (std::size_t i = 0; i < taken.size(); ++i) {
+      queue_entry& e = taken[i];
       q->release_hold(e.key);
-      if (stored) --q->counters.depth;
+      if (stored) q->counters.left(sizes[i]);
       else q->push(std::move(e));
     }
     if (!stored) {

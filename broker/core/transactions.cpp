@@ -68,7 +68,7 @@ void broker::impl::apply_commit(const rm::branch_work& work) {
       offer_again(q, queue_entry{c.key, c.delivery_count + 1, c.stored, c.msg});
       touched.push_back(q);
     } else {
-      q->counters.removed(q->counters.acknowledged);
+      q->counters.removed(q->counters.acknowledged, c.msg ? c.msg->record.encoded_size() : 0);
       q->release_hold(c.key);
     }
   }
@@ -88,6 +88,10 @@ void broker::impl::apply_rollback(const rm::branch_work& work) {
 }
 
 void broker::impl::carry_out(rm::resource_manager::reply r, std::function<void(int)> done, storage::batch decision) {
+  // Queue limits (address_limits.cpp): a prepare or one-phase commit whose sends do not fit in a
+  // full queue under FAIL or BLOCK is rolled back instead (XA_RBOTHER); room is reserved until the
+  // branch is decided, and DROP-HEAD and ring queues lose their oldest messages in the commit's batch.
+  if (!gate_limits(r, done)) return;
   // Duplicate detection (duplicates.cpp): a prepare or one-phase commit sending an _AMQ_DUPL_ID
   // already taken is rolled back instead (XA_RBINTEGRITY); a commit's ids go into its write.
   if (!gate_duplicate_ids(r, done)) return;
@@ -358,7 +362,9 @@ void broker::impl::handle_xa(const connection_ptr& c, const frame& f) {
     if (starts_branch && code == XA_OK)
       if (auto b = transactions.rm.branches().find(id); b != transactions.rm.branches().end())
         c->started_branches.push_back(b->second);
-    answer(code, target && code == XA_RBINTEGRITY && !target->refusal.empty() ? target->refusal : problem);
+    // Why the broker rolled the branch back (a duplicate id, a full queue), when it did.
+    bool rolled_back = code >= XA_RBBASE && code <= XA_RBEND;
+    answer(code, target && rolled_back && !target->refusal.empty() ? target->refusal : problem);
   });
 }
 

@@ -103,7 +103,9 @@ void broker::impl::plan_copy(const queue_ptr& q, queue_entry e, move_reason reas
     r.headers.emplace_back("_HQ_ORIG_ADDRESS", m.record.destination);
     r.headers.emplace_back("_HQ_ORIG_QUEUE", q->name());
     r.headers.emplace_back("_HQ_ORIG_MESSAGE_ID", std::to_string(m.id));
-    r.headers.emplace_back("_HQ_REASON", expiry ? "expired" : "max-delivery-attempts");
+    r.headers.emplace_back("_HQ_REASON", expiry                                 ? "expired"
+                                         : reason == move_reason::address_full ? "address-full"
+                                                                                : "max-delivery-attempts");
     if (expiry) {
       r.headers.emplace_back("_HQ_ACTUAL_EXPIRY", std::to_string(now_ms()));
     } else {
@@ -142,8 +144,8 @@ void broker::impl::submit_moves(storage::batch b, std::vector<move_plan> plans,
       p.from->release_hold(p.old.key);
       if (stored) {
         queue_counters& n = p.from->counters;
-        if (p.reason == move_reason::moved_by_operator) --n.depth;
-        else n.removed(p.reason == move_reason::expired ? n.expired : n.dead_lettered);
+        if (p.reason == move_reason::moved_by_operator) n.left(stored_size(p.old));
+        else n.removed(p.reason == move_reason::expired ? n.expired : n.dead_lettered, stored_size(p.old));
         if (p.to.empty()) continue;  // dropped (logged when planned)
         const message& copy = *p.to.front().second.msg;
         const char* why = p.reason == move_reason::expired               ? "expired"

@@ -20,8 +20,9 @@
 namespace escrow::broker {
 
 // Why the broker moves a message out of its queue without a consumer acknowledging it.
-// (moved_by_operator: `escrow move`, e.g. dead letters back to their queue.)
-enum class move_reason { expired, max_delivery_attempts, moved_by_operator };
+// (moved_by_operator: `escrow move`, e.g. dead letters back to their queue; address_full: the
+// oldest message of a full DROP-HEAD or ring queue, with dead-letter-on-drop, address_limits.cpp.)
+enum class move_reason { expired, max_delivery_attempts, moved_by_operator, address_full };
 
 // A message on its way out of `from` (held there) to the expiry or dead letter address: once the
 // batch that moves it is durable, `to` is published; if the store refuses, `old` goes back.

@@ -3,10 +3,12 @@
 // everyone (docs/security.md, "Limits"). A connection holds the frames it handed to the core and
 // not yet handled, and the batches of its frames (SEND, ACK with receipt, ...) submitted to the
 // store and not yet completed. Sessions ask from their own strands and the core counts from its
-// own, so this part has a lock of its own (docs/locking.md), held for a few map operations.
+// own, so this part has a lock of its own (docs/locking.md), held for a few map operations. It also
+// says which connections' SENDs wait for room in a full queue (BLOCK), which their sessions poll.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -28,6 +30,7 @@ class unstored_part {
     auto it = by_connection_.find(id);
     if (it == by_connection_.end()) return;
     change(it->second, -static_cast<std::int64_t>(it->second.bytes));
+    if (it->second.blocked) blocked_.fetch_sub(1, std::memory_order_relaxed);
     by_connection_.erase(it);
   }
   void add(std::uint64_t id, std::uint64_t bytes) { adjust(id, static_cast<std::int64_t>(bytes)); }
@@ -53,6 +56,22 @@ class unstored_part {
     return u != by_user_.end() && u->second > limit / std::max<std::size_t>(by_user_.size(), 1);
   }
 
+  // Whether connection `id`'s SEND waits for room in a full queue (address-full-policy BLOCK): its
+  // session does not read it meanwhile (broker::sends_blocked). Set and cleared by the core.
+  void set_blocked(std::uint64_t id, bool blocked) {
+    std::lock_guard lock(mutex_);
+    auto it = by_connection_.find(id);
+    if (it == by_connection_.end() || it->second.blocked == blocked) return;
+    it->second.blocked = blocked;
+    blocked_.fetch_add(blocked ? 1 : -1, std::memory_order_relaxed);
+  }
+  bool blocked(std::uint64_t id) const {
+    if (blocked_.load(std::memory_order_relaxed) == 0) return false;  // no lock while nobody waits
+    std::lock_guard lock(mutex_);
+    auto it = by_connection_.find(id);
+    return it != by_connection_.end() && it->second.blocked;
+  }
+
   // One connection alone never holds more than this fraction of the limit: what it holds is
   // written in the group commits ahead of every other connection's writes, so it is what another
   // producer's receipt waits behind (docs/performance.md, "Tenants").
@@ -68,6 +87,7 @@ class unstored_part {
   struct account {
     std::string user;
     std::uint64_t bytes = 0;
+    bool blocked = false;
   };
   void adjust(std::uint64_t id, std::int64_t delta) {
     std::lock_guard lock(mutex_);
@@ -90,6 +110,7 @@ class unstored_part {
   std::unordered_map<std::uint64_t, account> by_connection_;
   std::unordered_map<std::string, std::uint64_t> by_user_;  // only users holding some
   std::size_t holding_ = 0;  // connections holding some
+  std::atomic<std::int64_t> blocked_{0};  // connections blocked (BLOCK)
 };
 
 }  // namespace escrow::broker

@@ -594,6 +594,17 @@ asio::awaitable<void> basic_session<Stream>::read_loop() {
       pause.expires_after(std::chrono::milliseconds(10));
       co_await pause.async_wait(kNoThrow);
     }
+    // A SEND of this connection waits for room in a full queue (address-full-policy BLOCK): nothing
+    // more is read until the core takes it. The connection is not timed out meanwhile (our choice,
+    // not the client's silence); polled every 10 ms.
+    for (bool logged = false; connected_ && !closing_ && core_.sends_blocked(id_); logged = true) {
+      if (!logged)
+        spdlog::debug("connection {} ({}): reading paused: a SEND waits for room in a full queue "
+                      "(address-full-policy BLOCK)", id_, peer_);
+      last_read_ = clock::now();
+      pause.expires_after(std::chrono::milliseconds(10));
+      co_await pause.async_wait(kNoThrow);
+    }
     if (closing_) break;
     boost::system::error_code ec;
     std::size_t n = 0;

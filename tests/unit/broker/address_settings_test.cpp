@@ -102,6 +102,67 @@ TEST_SUITE("broker/address_settings") {
     CHECK(s.collision_avoidance_factor == 0.0);
   }
 
+  TEST_CASE("queue limits: unbounded FAIL by default, each key from the most specific match that sets it") {
+    auto none = resolve_settings({}, "orders");
+    CHECK(none.max_size_messages == -1);
+    CHECK(none.max_size_bytes == -1);
+    CHECK(none.ring_size == -1);
+    CHECK(none.address_full_policy == full_policy::fail);
+    CHECK_FALSE(none.dead_letter_on_drop);
+    CHECK_FALSE(none.limited());
+
+    auto all = entry("#");
+    all.max_size_messages = 1000;
+    all.address_full_policy = full_policy::block;
+    auto orders = entry("orders.*");
+    orders.max_size_bytes = 4096;
+    orders.address_full_policy = full_policy::drop_head;
+    orders.dead_letter_on_drop = true;
+    auto eu = entry("orders.eu");
+    eu.max_size_messages = -1;  // an explicit -1 lifts a limit a wider match set
+    eu.ring_size = 5;
+    std::vector<address_setting_entry> table{eu, orders, all};
+
+    auto s = resolve_settings(table, "orders.eu");
+    CHECK(s.max_size_messages == -1);
+    CHECK(s.max_size_bytes == 4096);
+    CHECK(s.ring_size == 5);
+    CHECK(s.address_full_policy == full_policy::drop_head);
+    CHECK(s.dead_letter_on_drop);
+    CHECK(s.limited());
+    auto us = resolve_settings(table, "orders.us");
+    CHECK(us.max_size_messages == 1000);
+    CHECK(us.max_size_bytes == 4096);
+    CHECK(us.ring_size == -1);
+    auto other = resolve_settings(table, "payments");
+    CHECK(other.max_size_messages == 1000);
+    CHECK(other.max_size_bytes == -1);
+    CHECK(other.address_full_policy == full_policy::block);
+    CHECK_FALSE(other.dead_letter_on_drop);
+    auto ring_only = entry("ring");
+    ring_only.ring_size = 1;
+    CHECK(resolve_settings({ring_only}, "ring").limited());
+    CHECK_FALSE(resolve_settings({ring_only}, "ring.x").limited());
+  }
+
+  TEST_CASE("address-full-policy names: case-insensitive, with RabbitMQ's x-overflow spellings") {
+    CHECK(parse_full_policy("FAIL") == full_policy::fail);
+    CHECK(parse_full_policy("fail") == full_policy::fail);
+    CHECK(parse_full_policy("reject-publish") == full_policy::fail);
+    CHECK(parse_full_policy("Reject-Publish") == full_policy::fail);
+    CHECK(parse_full_policy("DROP") == full_policy::drop);
+    CHECK(parse_full_policy("drop-head") == full_policy::drop_head);
+    CHECK(parse_full_policy("DROP-HEAD") == full_policy::drop_head);
+    CHECK(parse_full_policy("Block") == full_policy::block);
+    for (const char* bad : {"", "PAGE", "drop_head", "reject-publish-dlx", " FAIL", "FAIL "}) {
+      INFO(bad);
+      CHECK_FALSE(parse_full_policy(bad).has_value());
+    }
+    for (auto p : {full_policy::fail, full_policy::drop, full_policy::drop_head, full_policy::block})
+      CHECK(parse_full_policy(to_string(p)) == p);
+    CHECK(std::string(to_string(full_policy::drop_head)) == "DROP-HEAD");
+  }
+
   TEST_CASE("redelivery delay: delay x multiplier^(n-1), capped, spread by the avoidance factor") {
     address_settings s;
     CHECK(s.redelivery_delay_for(1, 0.0) == 0);

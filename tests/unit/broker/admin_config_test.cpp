@@ -206,6 +206,11 @@ redelivery-collision-avoidance-factor = 0.2
 [[address-settings]]
 match = "orders.*"
 max-delivery-attempts = -1
+max-size-messages = 1000
+max-size-bytes = 1048576
+address-full-policy = "drop-head"
+dead-letter-on-drop = true
+ring-size = 10
 
 [[security-settings]]
 match = "#"

@@ -54,6 +54,46 @@ TEST_SUITE("broker/config") {
     }
   }
 
+  TEST_CASE("queue limits: max-size-messages, max-size-bytes, ring-size, address-full-policy, dead-letter-on-drop") {
+    broker_config config;
+    REQUIRE(load_config_text("[[address-settings]]\nmatch = \"#\"\n\n[[address-settings]]\nmatch = \"orders.#\"\n"
+                             "max-size-messages = 0\nmax-size-bytes = 10485760\nring-size = 1\n"
+                             "address-full-policy = \"drop-head\"\ndead-letter-on-drop = true\n\n"
+                             "[[address-settings]]\nmatch = \"orders.eu\"\nmax-size-messages = -1\n"
+                             "address-full-policy = \"reject-publish\"\n",
+                             "t.toml", config)
+                .empty());
+    auto s = resolve_settings(config.address_settings, "orders.us");
+    CHECK(s.max_size_messages == 0);
+    CHECK(s.max_size_bytes == 10485760);
+    CHECK(s.ring_size == 1);
+    CHECK(s.address_full_policy == full_policy::drop_head);
+    CHECK(s.dead_letter_on_drop);
+    auto eu = resolve_settings(config.address_settings, "orders.eu");
+    CHECK(eu.max_size_messages == -1);
+    CHECK(eu.max_size_bytes == 10485760);
+    CHECK(eu.address_full_policy == full_policy::fail);
+    CHECK_FALSE(resolve_settings(config.address_settings, "other").limited());
+    struct bad {
+      const char* line;
+      const char* error;
+    };
+    for (bad b : {bad{"max-size-messages = -2", "max-size-messages must be a count of messages (0 or more), or -1 for no limit"},
+                  bad{"max-size-messages = 2.0", "max-size-messages must be a count of messages"},
+                  bad{"max-size-bytes = \"10MB\"", "max-size-bytes must be a size in bytes (0 or more), or -1 for no limit"},
+                  bad{"max-size-bytes = 5E99", "max-size-bytes must be a size in bytes"},
+                  bad{"ring-size = 0", "ring-size must be a count of messages (at least 1), or -1 for no ring"},
+                  bad{"ring-size = -5", "ring-size must be a count of messages (at least 1)"},
+                  bad{"address-full-policy = \"PAGE\"", "address-full-policy must be \"FAIL\", \"DROP\", \"DROP-HEAD\" or \"BLOCK\""},
+                  bad{"address-full-policy = 1", "address-full-policy must be \"FAIL\""},
+                  bad{"dead-letter-on-drop = \"yes\"", "dead-letter-on-drop must be true or false"}}) {
+      INFO(b.line);
+      broker_config c;
+      std::string error = load_config_text(std::string("[[address-settings]]\nmatch = \"#\"\n") + b.line + "\n", "t.toml", c);
+      CHECK(error.rfind(std::string("t.toml:3: address-settings[1].") + b.error, 0) == 0);
+    }
+  }
+
   TEST_CASE("text is read as a file is") {
     broker_config config;
     CHECK(load_config_text("[delivery]\nconsumer-window = 7\n", "t.toml", config).empty());

@@ -770,6 +770,72 @@ TEST_SUITE("rm/resource_manager") {
     CHECK(rm.count("alice", {branch_state::idle}) == 0);
   }
 
+  TEST_CASE("a branch the broker marks rollback-only answers XA_RB* and rolls back, local or XA") {
+    // Queue limits (broker/core/address_limits.cpp): a SEND to a full queue makes its transaction
+    // rollback-only.
+    resource_manager rm(1h, 10min);
+    auto local = rm.begin_local(c1);
+    add_work(*local, 300);
+    rm.mark_rollback_only(*local);
+    CHECK(local->state == branch_state::rollback_only);
+    auto r = call(rm, xa_verb::commit, c1, local->id, TMONEPHASE);
+    CHECK(r.code == XA_RBROLLBACK);
+    CHECK(r.act == action::roll_back);
+    CHECK_FALSE(r.work.empty());  // what it consumed goes back
+    CHECK(complete(rm, r) == XA_RBROLLBACK);
+    CHECK(find(rm, local->id) == nullptr);
+    // A rollback-only local transaction still times out.
+    auto late = rm.begin_local(c1);
+    rm.mark_rollback_only(*late);
+    auto expired = rm.expire(std::chrono::steady_clock::now() + 11min);
+    REQUIRE(expired.size() == 1);
+    CHECK(expired.front().target == late);
+    CHECK(rm.finish(expired.front(), storage::status{}) == XA_RBTIMEOUT);
+
+    xid x = make_xid(301);
+    REQUIRE(complete(rm, xa_verb::start, c2, x) == XA_OK);
+    add_work(*rm.associated_branch(c2), 302);
+    rm.mark_rollback_only(*rm.associated_branch(c2));
+    CHECK(state_of(rm, x) == branch_state::rollback_only);
+    CHECK(complete(rm, xa_verb::end, c2, x, TMSUCCESS) == XA_RBROLLBACK);
+    r = call(rm, xa_verb::prepare, c2, x);
+    CHECK(is_rollback_code(r.code));
+    CHECK(complete(rm, r) == XA_RBROLLBACK);
+    CHECK(find(rm, x) == nullptr);
+    // A prepared branch is past it: unchanged.
+    auto p = prepared_branch(rm, c3, make_xid(303), 303);
+    rm.mark_rollback_only(*p);
+    CHECK(p->state == branch_state::prepared);
+  }
+
+  TEST_CASE("rewrite builds a prepare's record or a one-phase commit's write from the work as it is now") {
+    resource_manager rm(1h);
+    xid x = make_xid(310);
+    auto b = idle_branch(rm, c1, x, 310);
+    add_work(*b, 311);
+    auto r = call(rm, xa_verb::prepare, c1, x);
+    REQUIRE(r.act == action::prepare);
+    b->work.sends.pop_back();  // a full DROP queue took no copy of it
+    rm.rewrite(r);
+    branch decoded;
+    auto all = ops(r.write);
+    REQUIRE(all.size() == 1);
+    REQUIRE(decode_record(all.front().value, decoded));
+    CHECK(decoded.work.sends.size() == b->work.sends.size());
+    CHECK(complete(rm, r) == XA_OK);
+
+    xid y = make_xid(312);
+    auto c = idle_branch(rm, c2, y, 312);
+    r = call(rm, xa_verb::commit, c2, y, TMONEPHASE);
+    REQUIRE(r.act == action::commit_one_phase);
+    std::string entry = storage::entry_key{10, 4, 312}.encode();
+    CHECK(find_op(ops(r.write), storage::batch::op::put, storage::table::entries, entry) != nullptr);
+    r.work.sends.front().targets.clear();
+    rm.rewrite(r);
+    CHECK(find_op(ops(r.write), storage::batch::op::put, storage::table::entries, entry) == nullptr);
+    CHECK(complete(rm, r) == XA_OK);
+  }
+
   TEST_CASE("count follows each user's branches through their states") {
     resource_manager rm(1h);
     const caller alice{"alice"};

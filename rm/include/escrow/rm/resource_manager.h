@@ -104,6 +104,16 @@ class resource_manager {
   // associated.
   branch_ptr begin_local(std::uint64_t connection, const std::string& owner = {});
 
+  // The broker refuses the branch's work (a SEND in it met a full queue, broker/core/
+  // address_limits.cpp): an active branch or an open local transaction becomes rollback-only; its
+  // end, prepare or commit then answers XA_RBROLLBACK and rolls it back. Other states: unchanged.
+  void mark_rollback_only(branch& b);
+
+  // Builds the write of a prepare or one-phase commit reply again from what its branch now sends
+  // (r.target's work for a prepare, r.work for a commit), after the broker took some targets out of
+  // it (a full queue under address-full-policy DROP takes no copy). Other replies: unchanged.
+  void rewrite(reply& r) const;
+
   // The connection is gone: branches it was associated with (or had suspended) become
   // rollback-only; idle and prepared branches are untouched.
   void connection_closed(std::uint64_t connection);
@@ -130,7 +140,7 @@ class resource_manager {
   association association_of(std::uint64_t connection, const branch& b) const;
   void dissociate(std::uint64_t connection, branch& b);
   void remove(const branch_ptr& b);
-  storage::batch commit_batch(const branch& b, bool has_record, bool keep_record) const;
+  storage::batch commit_batch(const branch& b, const branch_work& work, bool has_record, bool keep_record) const;
   storage::batch rollback_batch(const branch& b, bool has_record, bool keep_record) const;
   void close_record(storage::batch& out, const branch& b, branch_state outcome) const;
 

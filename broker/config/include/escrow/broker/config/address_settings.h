@@ -1,7 +1,9 @@
 // Address settings: the per-address rules for messages that cannot be delivered (HornetQ's
 // chapters on expiry and undelivered messages): where expired messages and dead letters go, the
-// default time to live, the redelivery delay and the delivery attempts before a dead letter; and
-// how many duplicate ids an address remembers (Artemis's id-cache-size).
+// default time to live, the redelivery delay and the delivery attempts before a dead letter; how
+// many duplicate ids an address remembers (Artemis's id-cache-size); and how much a queue may hold
+// and what happens to a message that does not fit (Artemis's max-size-messages, max-size-bytes,
+// address-full-policy and ring-size; broker/core/address_limits.cpp applies them).
 //
 // Settings are written per address pattern (address_pattern.h: the HornetQ/Artemis wildcards).
 // An address is a destination without its prefix ("/queue/orders.eu" -> "orders.eu"; a topic subscription's address is its topic).
@@ -21,6 +23,16 @@
 
 namespace escrow::broker {
 
+// What a SEND meets at a queue that is full (docs/configuration.md, "Queue limits"): refused with
+// an ERROR, dropped for that queue (the RECEIPT still comes), the queue's oldest ready message
+// removed to make room, or the SEND waits until there is room.
+enum class full_policy { fail, drop, drop_head, block };
+// "FAIL", "DROP", "DROP-HEAD", "BLOCK".
+const char* to_string(full_policy p);
+// The policy a name means, case-insensitively: FAIL, DROP, DROP-HEAD, BLOCK, and RabbitMQ's
+// x-overflow names reject-publish (FAIL) and drop-head (DROP-HEAD). nullopt for anything else.
+std::optional<full_policy> parse_full_policy(std::string_view name);
+
 // The settings in force for one address, every key resolved.
 struct address_settings {
   std::string expiry_address;                    // "" : expired messages are dropped (logged, counted)
@@ -36,6 +48,19 @@ struct address_settings {
   // _AMQ_DUPL_ID values the address remembers, oldest forgotten first (Artemis's default); 0: the
   // header is not looked at (docs/stomp.md, "Duplicate detection").
   std::uint32_t id_cache_size = 20000;
+  // Queue limits, per queue (a /queue/NAME's queue, each subscription of a /topic/NAME on its own):
+  // the messages (ready, in flight, being stored, waiting out a redelivery delay) and their stored
+  // bytes (storage::message_record::encoded_size()) a queue may hold; -1: unbounded.
+  std::int64_t max_size_messages = -1;
+  std::int64_t max_size_bytes = -1;
+  full_policy address_full_policy = full_policy::fail;
+  // DROP-HEAD and ring-size: the removed oldest message goes to dead-letter-address instead.
+  bool dead_letter_on_drop = false;
+  // A ring queue (Artemis): a new message beyond ring-size removes the oldest ready one; -1: none.
+  std::int64_t ring_size = -1;
+
+  // Whether the queue has a limit of either kind (max-size-messages, max-size-bytes, ring-size).
+  bool limited() const { return max_size_messages >= 0 || max_size_bytes >= 0 || ring_size >= 0; }
 
   // The wait before redelivering a message that has had `count` (>= 1) unsuccessful deliveries:
   // redelivery_delay x multiplier^(count-1), capped, then moved by up to the avoidance factor.
@@ -58,6 +83,11 @@ struct address_setting_entry {
   std::optional<bool> auto_delete_queues;
   std::optional<std::uint64_t> auto_delete_queues_delay_ms;
   std::optional<std::uint32_t> id_cache_size;
+  std::optional<std::int64_t> max_size_messages;
+  std::optional<std::int64_t> max_size_bytes;
+  std::optional<full_policy> address_full_policy;
+  std::optional<bool> dead_letter_on_drop;
+  std::optional<std::int64_t> ring_size;
 };
 
 // Resolves the settings of `address` from `entries` (in file order; a later entry wins a tie).

@@ -66,6 +66,7 @@ struct queue_view : message_counts {
   std::uint64_t in_flight = 0;  // delivered to its consumers, not yet acknowledged
   std::int64_t depth = 0;       // may be below 0 until the count at open has landed
   std::int64_t scheduled = 0;   // scheduled messages not yet due (not in depth); likewise
+  std::int64_t bytes = 0;       // the stored size of what depth counts (max-size-bytes), the same way
   // A durable subscription's key, parsed (docs/security.md, "Tenants"); "" otherwise.
   std::string client_id, subscription, owner;
 };

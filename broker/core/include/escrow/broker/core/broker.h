@@ -100,6 +100,9 @@ class broker {
   // The memory alarm (limits.memory-high-watermark) is set: sessions stop reading from the
   // connections that send (docs/security.md, "Limits"). Thread-safe.
   bool memory_alarm_set() const;
+  // A SEND of `connection_id` waits for room in a full queue (address-full-policy BLOCK): its
+  // session stops reading it until the SEND is taken (docs/stomp.md, "Full queues"). Thread-safe.
+  bool sends_blocked(std::uint64_t connection_id) const;
   // The graceful stop: from now on no session hands the core another frame (what it reads is
   // dropped), so that the last writes and their receipts are a closed set. Thread-safe.
   void stop_input();

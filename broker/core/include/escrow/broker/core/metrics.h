@@ -78,6 +78,16 @@ struct store_metrics {
   bool refusing_sends = false;       // storage.max-size or storage.min-free-disk reached
 };
 
+// Messages a full queue dropped since start (address settings: address-full-policy DROP and
+// DROP-HEAD, ring-size; docs/operations.md), for one queue and reason: "address-full" (a new message
+// not taken), "drop-head" or "ring" (its oldest message removed to make room).
+struct dropped_series {
+  std::string queue;
+  std::string kind;
+  std::string reason;
+  std::uint64_t count = 0;
+};
+
 // Broker-wide sums over every queue and durable subscription, whether or not it has series of its
 // own: exact however many there are.
 struct queue_totals {
@@ -136,6 +146,9 @@ struct metrics_snapshot {
   // http.max-queue-metrics deepest (ties by name); queues_omitted counts the others.
   std::vector<queue_metrics> queues;
   std::uint64_t queues_omitted = 0;
+  // The queues that dropped messages for their limits, by reason (at most http.max-queue-metrics
+  // series, the largest counts), in order of queue name.
+  std::vector<dropped_series> dropped;
 };
 
 // Which of the queues (depth, name) keep series of their own when at most `limit` may: every one
