@@ -102,6 +102,7 @@ void log_drop(queue& q, const address_settings& s, const std::string& what) {
 std::vector<room_held> needs_of(const topology_part& t, const rm::branch_work& work) {
   std::vector<room_held> out;
   for (const auto& send : work.sends) {
+    if (send.msg->record.deliver_at != 0) continue;  // counts once due (docs/configuration.md)
     const std::int64_t size = size_of(*send.msg);
     for (const auto& target : send.targets) {
       auto q = t.queues_by_id.find(target.key.queue_id);
@@ -187,6 +188,8 @@ broker::impl::admission broker::impl::admit_send(const connection_ptr& c, const 
                                                  std::uint32_t& wait_on) {
   const address_settings& s = settings_of(routed);
   if (!s.limited() || routed.entries.empty()) return admission::admitted;  // most SENDs
+  // A scheduled message counts from when it is due, when it joins its queue as a move does.
+  if (routed.msg->record.deliver_at != 0) return admission::admitted;
   const std::int64_t size = size_of(*routed.msg);
   // FAIL and BLOCK first: a SEND refused or waiting changes nothing anywhere.
   for (auto& [q, e] : routed.entries) {
@@ -230,6 +233,7 @@ broker::impl::admission broker::impl::admit_send(const connection_ptr& c, const 
 void broker::impl::make_room_for_send(routed_message& routed, storage::batch& b, room_plan& drops) {
   const address_settings& s = settings_of(routed);
   if (s.ring_size < 0 && !drops_head(s)) return;
+  if (routed.msg->record.deliver_at != 0) return;  // nothing makes room for it before it is due
   const std::int64_t size = size_of(*routed.msg);
   for (auto& [q, e] : routed.entries) drop_oldest(q, s, 1, size, false, b, drops);
 }
@@ -316,13 +320,14 @@ bool broker::impl::admit_staged(const rm::branch& b, routed_message& routed, std
   const address_settings& s = settings_of(routed);
   if (!has_max_size(s) || (s.address_full_policy != full_policy::fail && s.address_full_policy != full_policy::drop))
     return true;
+  if (routed.msg->record.deliver_at != 0) return true;  // counts once due
   const std::int64_t size = size_of(*routed.msg);
   // What the transaction already sends to q (it counts towards q's limit once committed).
   auto staged_in = [&b](std::uint32_t queue_id) {
     room_held h{queue_id, 0, 0};
     for (const auto& send : b.work.sends)
       for (const auto& t : send.targets)
-        if (t.key.queue_id == queue_id) {
+        if (send.msg->record.deliver_at == 0 && t.key.queue_id == queue_id) {
           ++h.messages;
           h.bytes += size_of(*send.msg);
         }

@@ -754,3 +754,22 @@ def test_a_refused_drop_head_batch_keeps_the_oldest_and_drops_nothing(broker_fac
     assert stored_bodies(b, stomp_client, q) == ["b", "d"]
     check_store(b.data_dir)
     b.kill9()
+
+
+def test_a_scheduled_message_counts_in_its_queue_only_once_due(broker_factory, stomp_client):
+    """A full FAIL queue still takes a scheduled SEND; once due it joins the queue past the limit
+    (as a move does), and counts then: the next plain SEND is refused."""
+    b = broker_factory(config=config(limit("lim.#", max_size_messages=1)))
+    q = name()
+    fill(b, stomp_client, f"/queue/{q}", ["m0"])
+    due = int(time.time() * 1000) + 400
+    assert try_send(b, stomp_client, f"/queue/{q}", "later", headers={"_AMQ_SCHED_DELIVERY": str(due)}) == "RECEIPT"
+    assert show(b, stomp_client, q)["depth"] == 1
+    deadline = time.time() + 10
+    while show(b, stomp_client, q)["depth"] < 2:
+        assert time.time() < deadline, "the scheduled message never joined its queue"
+        time.sleep(0.05)
+    assert int(time.time() * 1000) >= due - 5, "joined before its time"
+    assert try_send(b, stomp_client, f"/queue/{q}", "m2") == full(q, "max-size-messages 1 reached")
+    assert stored_bodies(b, stomp_client, q) == ["m0", "later"]
+    b.kill9()

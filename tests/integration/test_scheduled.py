@@ -874,3 +874,4 @@ def test_two_thousand_scheduled_messages_come_once_each_in_due_order(broker, sto
         slot = int(frame.body.split(":")[1])
         assert_not_early(t, base + slot * spacing, frame.body)
     assert check_counts(broker.data_dir)["scheduled"] == 0
+
