@@ -427,6 +427,7 @@ bool broker::impl::gate_limits(rm::resource_manager::reply& r, std::function<voi
     // sent; the rest is dropped for it (counted), and the write is made again without them.
     bool dropped = false;
     std::vector<room_held> taken;
+    std::vector<rm::staged_send> before_drops = work.sends;  // put back if the write fails
     for (auto& send : work.sends) {
       const std::int64_t size = size_of(*send.msg);
       std::erase_if(send.targets, [&](const rm::send_target& t) {
@@ -450,6 +451,11 @@ bool broker::impl::gate_limits(rm::resource_manager::reply& r, std::function<voi
     if (dropped) {
       transactions.rm.rewrite(r);
       need = needs_of(topology, work);
+      // A refused write changes nothing: the branch keeps every message it sent, for a retry.
+      done = [branch = r.target, before = std::move(before_drops), done = std::move(done)](int code) mutable {
+        if (code == XAER_RMFAIL && branch) branch->work.sends = std::move(before);
+        done(code);
+      };
     }
     reserve_room(need, 1);
   }
@@ -499,6 +505,24 @@ bool broker::impl::gate_limits(rm::resource_manager::reply& r, std::function<voi
 }
 
 // --- BLOCK: SENDs waiting for room -------------------------------------------------------------------
+
+std::string broker::impl::waits_for_itself(const connection& c, std::uint32_t queue_id) const {
+  std::size_t held = 0;
+  for (const auto& [id, s] : c.subscriptions)
+    if (s->source && s->source->id() == queue_id) held += s->unacked.size();
+  for (const auto& [name, b] : c.transactions)
+    for (const auto& consumed : b->work.consumed) held += consumed.key.queue_id == queue_id;
+  for (const auto& weak : c.started_branches)
+    if (auto b = weak.lock())
+      for (const auto& consumed : b->work.consumed) held += consumed.key.queue_id == queue_id;
+  if (held == 0) return {};
+  queue_ptr q = find_by_id(queue_id);
+  return (q ? describe(*q) : std::string("the queue")) + " is full (address-full-policy BLOCK) and this connection holds " +
+         std::to_string(held) +
+         " of its messages unacknowledged or in a transaction: the SEND would wait for room only this "
+         "connection's ACK or COMMIT, which would wait behind it, can make. Acknowledge or commit first, or "
+         "send on another connection";
+}
 
 void broker::impl::park(const connection_ptr& c, std::uint32_t queue_id, std::int64_t bytes, std::uint64_t held,
                         std::function<void()> resume) {

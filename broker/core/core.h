@@ -352,6 +352,9 @@ struct broker::impl {
   // commit until it is done; DROP-HEAD and ring queues lose their oldest in the commit's batch.
   bool gate_limits(rm::resource_manager::reply& r, std::function<void(int)>& done);
   void hold_prepared_room(const rm::branch& b);  // a prepared branch recovered at open
+  // Why `c` may not wait for room in `queue_id` (it holds messages of it unacknowledged or in a
+  // transaction, which only its own frames, waiting behind, would give back); "" when it may.
+  std::string waits_for_itself(const connection& c, std::uint32_t queue_id) const;
   // BLOCK: `c` waits with its SEND (`resume` takes it up again) for room in `queue_id`; the frames
   // it sends meanwhile wait behind it (park_behind) and its session stops reading it.
   void park(const connection_ptr& c, std::uint32_t queue_id, std::int64_t bytes, std::uint64_t held,

@@ -261,10 +261,17 @@ void broker::impl::send_routed(const connection_ptr& c, frame& f, routed_message
   switch (admit_send(c, f, routed, wait_on)) {
     case admission::refused: return;
     case admission::parked: {
+      // A connection that holds messages of that queue unacknowledged (or consumed in one of its
+      // transactions) would wait for itself: its ACK or COMMIT waits behind the SEND.
+      if (std::string why = waits_for_itself(*c, wait_on); !why.empty()) return error(*c, why, &f);
       std::int64_t bytes = static_cast<std::int64_t>(routed.msg->record.encoded_size());
       std::uint64_t held = routed.msg->record.body.size() + 64;  // as on_frames counted the frame
-      auto resume = [this, c, request = std::make_shared<frame>(std::move(f)), routed = std::move(routed),
-                     b = std::move(b), storing, duplicate_id = std::move(duplicate_id)]() mutable {
+      // (The connection holds this closure: it holds the connection only weakly.)
+      auto resume = [this, weak = std::weak_ptr<connection>(c), request = std::make_shared<frame>(std::move(f)),
+                     routed = std::move(routed), b = std::move(b), storing,
+                     duplicate_id = std::move(duplicate_id)]() mutable {
+        connection_ptr c = weak.lock();
+        if (!c) return;
         // Queues that went away meanwhile (a durable subscription ended) take nothing.
         std::erase_if(routed.entries,
                       [this](const auto& e) { return find_by_id(e.first->id()) != e.first || e.first->dropping; });

@@ -773,3 +773,22 @@ def test_a_scheduled_message_counts_in_its_queue_only_once_due(broker_factory, s
     assert try_send(b, stomp_client, f"/queue/{q}", "m2") == full(q, "max-size-messages 1 reached")
     assert stored_bodies(b, stomp_client, q) == ["m0", "later"]
     b.kill9()
+
+
+def test_block_refuses_a_send_that_would_wait_for_its_own_connections_acknowledgements(broker_factory, stomp_client):
+    """A connection holding a full BLOCK queue's messages unacknowledged would wait for itself (its
+    ACK waits behind the parked SEND): its SEND gets an ERROR instead, and the queue goes on."""
+    b = broker_factory(config=config(limit("blk.#", max_size_messages=2, address_full_policy="BLOCK")))
+    q = name("blk")
+    fill(b, stomp_client, f"/queue/{q}", ["m0", "m1"])
+    c = stomp_client(b)
+    sub = c.subscribe(f"/queue/{q}", ack="client-individual")
+    c.wait_messages(2, subscription=sub)
+    got = outcome(c, c.send(f"/queue/{q}", "m2", wait=False))
+    assert got != "RECEIPT"
+    message = error_message(got)
+    assert f"queue '{q}' is full (address-full-policy BLOCK) and this connection holds 2 of its messages" in message
+    assert "send on another connection" in message
+    # Its deliveries came back with the closed connection; another connection drains them.
+    assert sorted(stored_bodies(b, stomp_client, q)) == ["m0", "m1"]
+    b.kill9()
