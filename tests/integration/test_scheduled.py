@@ -15,24 +15,22 @@ upper bound of when escrowd released it; 5 ms of slack covers only the clocks' g
 test that touches the store ends with `escrow check` (kill9 runs it, or check_store)."""
 
 import json
-import os
 import random
 import re
-import subprocess
 import threading
 import time
 
 import pytest
 import stomp
 
-from conftest import (SLOW, TIMEOUT, bodies, check_store, consume_all, frame_bytes, new_xid, queue, tool,
+from conftest import (SLOW, TIMEOUT, bodies, check_store, consume_all, frame_bytes, new_xid, queue,
                       unique)
+from test_admin import escrow, ok_json, ok_text, queue_row
 from test_duplicates import HTTP_CONFIG, metric
 from test_failure_paths import admin, expect_error, faulty_broker, store_status
 from test_security import admin_frame, hashes, login, refused, secured  # noqa: F401  (hashes, secured: fixtures)
 from test_undelivered import DEFAULTS, settings
 
-ESCROW = tool("cli/escrow", "ESCROW_CLI")
 
 ABSOLUTE = ("_AMQ_SCHED_DELIVERY", "_HQ_SCHED_DELIVERY")
 RELATIVE = ("AMQ_SCHEDULED_DELAY", "_AMQ_SCHED_DELAY")
@@ -113,34 +111,8 @@ def check_counts(data_dir):
     return json.loads(check_store(data_dir, "--json"))["counts"]
 
 
-def escrow(broker, *args):
-    env = dict(os.environ)
-    env.pop("ESCROW_PASSWORD", None)
-    env["HOME"] = "/nonexistent"  # no ~/.config/escrow/escrow.toml of whoever runs the tests
-    return subprocess.run([ESCROW, "--url", f"stomp://127.0.0.1:{broker.port}", *map(str, args)],
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=4 * TIMEOUT, env=env)
-
-
-def ok_json(broker, *args):
-    r = escrow(broker, "--json", *args)
-    assert r.returncode == 0, f"escrow {' '.join(map(str, args))}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"
-    return json.loads(r.stdout)
-
-
-def ok_text(broker, *args):
-    r = escrow(broker, *args)
-    assert r.returncode == 0, f"escrow {' '.join(map(str, args))}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"
-    return r.stdout
-
-
 def scheduled_list(broker, name):
     return ok_json(broker, "scheduled", "list", name, "--count", 10000)
-
-
-def queue_row(broker, name):
-    rows = [q for q in ok_json(broker, "queues")["queues"] if q["name"] == name]
-    assert len(rows) == 1, rows
-    return rows[0]
 
 
 def admin_answer(client, command, **headers):
