@@ -54,6 +54,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (t != table::entries) continue;
         rebuilt.remove_entry(k);
         break;
+      case batch::op::promote_scheduled:
+        if (t != table::scheduled) continue;
+        rebuilt.promote_scheduled(k);
+        break;
+      case batch::op::remove_scheduled:
+        if (t != table::scheduled) continue;
+        rebuilt.remove_scheduled(k);
+        break;
       default: FUZZ_CHECK(false && "unknown operation reported");
     }
     expressible.emplace_back(o, t, k, v);
