@@ -208,7 +208,7 @@ broker::impl::admission broker::impl::admit_send(const connection_ptr& c, const 
     }
     // Others wait already: this one waits behind them (first come, first served), unless it is the
     // one being taken up.
-    if (blocks && !q->room.blocked.empty() && !limits.resuming) return wait_on = q->id(), admission::parked;
+    if (blocks && !q->room.blocked.empty() && limits.resuming != q->id()) return wait_on = q->id(), admission::parked;
     std::string why = over_limit(*q, s, 1 - ring_frees(*q, s), size);
     if (why.empty()) continue;
     if (blocks) return wait_on = q->id(), admission::parked;
@@ -539,9 +539,9 @@ void broker::impl::park(const connection_ptr& c, std::uint32_t queue_id, std::in
   unstored.set_blocked(c->id, true);
   if (queue_ptr q = find_by_id(queue_id)) {
     // One taken up again and still not fitting keeps its place at the head of the line.
-    if (limits.resuming) q->room.blocked.push_front(c->id);
+    if (limits.resuming == queue_id) q->room.blocked.push_front(c->id);
     else q->room.blocked.push_back(c->id);
-    if (!limits.resuming)
+    if (limits.resuming != queue_id)
       spdlog::debug("connection {}: a SEND waits for room in {} (address-full-policy BLOCK)", c->id, describe(*q));
   }
   if (std::find(limits.waited_on.begin(), limits.waited_on.end(), queue_id) == limits.waited_on.end())
@@ -571,9 +571,9 @@ void broker::impl::resume_parked(const connection_ptr& c) {
   unstored.remove(c->id, p->held_bytes);
   unstored.set_blocked(c->id, false);
   if (c->input_closed) return;
-  limits.resuming = true;
+  limits.resuming = p->queue_id;
   p->resume();  // may wait again (then c->parked is set again)
-  limits.resuming = false;
+  limits.resuming.reset();
   for (auto& f : p->behind) {
     if (c->input_closed) break;
     if (c->parked) {

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <deque>
 #include <functional>
 #include <unordered_map>
@@ -74,7 +75,9 @@ struct limits_part {
   // Queues that connections wait on (BLOCK), by id: looked at when a core turn ends (flush()).
   std::vector<std::uint32_t> waited_on;
   bool waking = false;    // wake_blocked() is running (frames it replays may flush)
-  bool resuming = false;  // a waiting SEND is being taken up again (if it waits again, it keeps its place)
+  // The queue a waiting SEND is being taken up again for: if it waits on that queue again, it
+  // keeps its place there; on any other queue it queues behind that queue's waiting ones.
+  std::optional<std::uint32_t> resuming;
 };
 
 }  // namespace escrow::broker
