@@ -73,15 +73,20 @@ def expect_error(client, rid, *needles):
     return message
 
 
-def admin(client, command, **headers):
-    """An ADMIN frame (broker/admin/admin.cpp) answered with admin-status ok; returns its JSON body."""
+def admin_frame_answer(client, command, **headers):
+    """An ADMIN frame (broker/admin/admin.cpp) and the RECEIPT that answers it, whatever its admin-status."""
     rid = client.new_receipt()
     hdrs = {"admin-command": command, "receipt": rid}
     hdrs.update({k.replace("_", "-"): str(v) for k, v in headers.items()})
     client.conn.send_frame("ADMIN", hdrs)
     client.wait_receipt(rid)
     with client.listener.cond:
-        f = client.listener.receipt_frames[rid]
+        return client.listener.receipt_frames[rid]
+
+
+def admin(client, command, **headers):
+    """An ADMIN frame answered with admin-status ok; returns its JSON body."""
+    f = admin_frame_answer(client, command, **headers)
     assert f.headers.get("admin-status") == "ok", (dict(f.headers), f.body)
     return json.loads(f.body)
 

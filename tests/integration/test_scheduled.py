@@ -27,7 +27,7 @@ from conftest import (SLOW, TIMEOUT, bodies, check_store, consume_all, frame_byt
                       unique)
 from test_admin import escrow, ok_json, ok_text, queue_row
 from test_duplicates import HTTP_CONFIG, metric
-from test_failure_paths import admin, expect_error, faulty_broker, store_status
+from test_failure_paths import admin, admin_frame_answer, expect_error, faulty_broker, store_status
 from test_security import admin_frame, hashes, login, refused, secured  # noqa: F401  (hashes, secured: fixtures)
 from test_undelivered import DEFAULTS, settings
 
@@ -117,13 +117,7 @@ def scheduled_list(broker, name):
 
 def admin_answer(client, command, **headers):
     """An ADMIN frame answered by a RECEIPT (any admin-status): (status, message, JSON body or None)."""
-    rid = client.new_receipt()
-    hdrs = {"admin-command": command, "receipt": rid}
-    hdrs.update({k.replace("_", "-"): str(v) for k, v in headers.items()})
-    client.conn.send_frame("ADMIN", hdrs)
-    client.wait_receipt(rid)
-    with client.listener.cond:
-        f = client.listener.receipt_frames[rid]
+    f = admin_frame_answer(client, command, **headers)
     status = f.headers.get("admin-status")
     return status, f.headers.get("message", ""), json.loads(f.body) if status == "ok" else None
 
