@@ -58,6 +58,7 @@ json::object queue_json(const queue_view& q, std::uint64_t oldest_ms, std::uint6
                  {"dead_lettered", q.dead_lettered},
                  {"redelivered", q.redelivered},
                  {"dropped", q.dropped},
+                 {"replaced", q.replaced},
                  {"oldest_age_ms", nullptr}};
   if (oldest_ms != 0) j["oldest_age_ms"] = now > oldest_ms ? now - oldest_ms : 0;
   if (!q.topic.empty()) j["topic"] = q.topic;

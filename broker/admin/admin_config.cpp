@@ -215,6 +215,8 @@ json::object address_setting_json(const address_setting_entry& e) {
   if (e.address_full_policy) j["address-full-policy"] = to_string(*e.address_full_policy);
   if (e.dead_letter_on_drop) j["dead-letter-on-drop"] = *e.dead_letter_on_drop;
   if (e.ring_size) j["ring-size"] = *e.ring_size;
+  if (e.last_value_key) j["last-value-key"] = *e.last_value_key;
+  if (e.last_value) j["last-value"] = *e.last_value;
   if (e.collision_avoidance_factor) j["redelivery-collision-avoidance-factor"] = *e.collision_avoidance_factor;
   return j;
 }

@@ -134,6 +134,9 @@ void write_queues(std::string& out, const metrics_snapshot& s) {
   per_queue(out, s, "escrow_queue_messages_dropped_total", "counter",
             "Non-persistent messages dropped, oldest first, to keep the queue within limits.max-memory-bytes-per-queue.",
             [](q m) { return m.dropped; });
+  per_queue(out, s, "escrow_queue_messages_replaced_total", "counter",
+            "Messages removed from a last-value queue by a newer message with the same key.",
+            [](q m) { return m.replaced; });
   family(out, "escrow_messages_dropped_total", "counter",
          "Messages dropped by a full queue (address settings): reason address-full, a new message not taken "
          "(address-full-policy DROP); drop-head or ring, its oldest message removed (DROP-HEAD, ring-size).");

@@ -17,7 +17,7 @@ std::string write_status_json(const metrics_snapshot& s) {
                                   {"consumers", q.consumers}, {"enqueued", q.enqueued}, {"delivered", q.delivered},
                                   {"acknowledged", q.acknowledged}, {"expired", q.expired},
                                   {"dead_lettered", q.dead_lettered}, {"redelivered", q.redelivered},
-                                  {"dropped", q.dropped}});
+                                  {"dropped", q.dropped}, {"replaced", q.replaced}});
   json::object ws_events;
   for (const auto& [reason, n] : s.websocket_events) ws_events[reason] = n;
   return to_json(json::object{

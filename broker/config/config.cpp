@@ -108,6 +108,24 @@ toml_keys address_setting_keys(address_setting_entry& e) {
       return "";
     };
   };
+  auto boolean = [](std::optional<bool>& field) -> toml_setter {
+    return [&field](const toml::node& n) -> std::string {
+      if (!n.is_boolean()) return "must be true or false";
+      field = *n.value<bool>();
+      return "";
+    };
+  };
+  // A STOMP header name: not empty, no ':', no line break (STOMP 1.2 could not carry it).
+  auto header_name = [](std::optional<std::string>& field) -> toml_setter {
+    return [&field](const toml::node& n) -> std::string {
+      if (!n.is_string()) return "must be a string: the name of the header messages carry their key in";
+      std::string name = *n.value<std::string>();
+      if (name.empty() || name.find_first_of(":\r\n") != std::string::npos)
+        return "must be a header name (not empty, without ':' or a line break)";
+      field = std::move(name);
+      return "";
+    };
+  };
   // A limit: an integer of at least `min`, or -1 for none.
   auto limit = [](std::optional<std::int64_t>& field, std::int64_t min, const char* rule) -> toml_setter {
     return [&field, min, rule](const toml::node& n) -> std::string {
@@ -144,11 +162,7 @@ toml_keys address_setting_keys(address_setting_entry& e) {
          return "";
        }},
       {"redelivery-delay", non_negative(e.redelivery_delay_ms)},
-      {"auto-delete-queues", [&e](const toml::node& n) -> std::string {
-         if (!n.is_boolean()) return "must be true or false";
-         e.auto_delete_queues = *n.value<bool>();
-         return "";
-       }},
+      {"auto-delete-queues", boolean(e.auto_delete_queues)},
       {"auto-delete-queues-delay", non_negative(e.auto_delete_queues_delay_ms)},
       {"id-cache-size", [&e](const toml::node& n) -> std::string {
          auto v = n.value_exact<std::int64_t>();
@@ -167,11 +181,14 @@ toml_keys address_setting_keys(address_setting_entry& e) {
          e.address_full_policy = *p;
          return "";
        }},
-      {"dead-letter-on-drop", [&e](const toml::node& n) -> std::string {
-         if (!n.is_boolean()) return "must be true or false";
-         e.dead_letter_on_drop = *n.value<bool>();
-         return "";
-       }},
+      {"dead-letter-on-drop", boolean(e.dead_letter_on_drop)},
+      // Artemis's names: last-value-key on a queue, default-last-value-key in its address settings;
+      // last-value-queue (default-last-value-queue) the older boolean, keyed on _AMQ_LVQ_NAME.
+      {"last-value-key", header_name(e.last_value_key)},
+      {"default-last-value-key", header_name(e.last_value_key)},
+      {"last-value", boolean(e.last_value)},
+      {"last-value-queue", boolean(e.last_value)},
+      {"default-last-value-queue", boolean(e.last_value)},
       {"max-redelivery-delay", non_negative(e.max_redelivery_delay_ms)},
       {"redelivery-delay-multiplier", real(e.redelivery_multiplier, 1.0, 1e6, "of at least 1.0")},
       {"redelivery-collision-avoidance-factor",

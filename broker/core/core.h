@@ -6,6 +6,7 @@
 // (acks_part.h), undelivered (undelivered_part.h).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -93,6 +94,18 @@ struct room_plan {
   std::vector<move_plan> drops;
   std::vector<bool> by_ring;  // per drop: ring-size removed it (else DROP-HEAD)
   bool empty() const { return drops.empty(); }
+};
+
+// A write's replacements in last-value queues (last_values.cpp), finished once its batch is done.
+struct last_value_plan {
+  struct write {  // a new entry of a last-value queue
+    queue_ptr q;
+    std::string value;
+    storage::entry_key key;
+    std::vector<storage::entry_key> removes;  // the members of its value's chain it removes
+  };
+  std::vector<write> writes;
+  bool removes_stored = false;  // it removes a stored entry: it must go through the store
 };
 
 struct broker::impl {
@@ -337,6 +350,30 @@ struct broker::impl {
                    bool reserved, storage::batch& b, room_plan& drops);
   // The batch of `drops` is done: stored (gone, counted, copies published) or refused (back).
   void finish_room_plan(room_plan& drops, bool stored);
+  // Last-value queues (last_values.cpp; docs/configuration.md, "Last-value queues").
+  // m's key value in q when q is a last-value queue (its index rebuilt first if the key changed),
+  // else nullptr.
+  const std::string* last_value_of(const queue_ptr& q, const message& m);
+  // Rebuilds q's index for `key` ("": none) from its stored messages and those in memory.
+  void index_last_values(queue& q, const std::string& key);
+  // New entry `e` of q (its write about to be submitted in `b`): the ready message of its key
+  // value, or one whose write is under way, is removed in `b`; `plan` says what to finish.
+  void plan_last_value(const queue_ptr& q, const queue_entry& e, storage::batch& b, last_value_plan& plan);
+  void plan_last_values(std::vector<std::pair<queue_ptr, queue_entry>>& entries, storage::batch& b,
+                        last_value_plan& plan);
+  // The batch of `plan` is done: stored (the replaced ones gone, counted) or refused (back).
+  void finish_last_values(last_value_plan& plan, bool stored);
+  // enqueue's check, for a new entry whose write is done: true when writes under way remove it
+  // (it is held back until they are done) or one already did (dropped); the caller then does
+  // nothing more with it.
+  bool hold_back_superseded(const queue_ptr& q, const queue_entry& e);
+  // A chain member after one of its removers is done: dropped, offered again, or left waiting.
+  void settle_member(const queue_ptr& q, const std::string& value, storage::entry_key key,
+                     std::vector<queue_ptr>& touched);
+  void prune_last_values(queue& q);
+  // carry_out's gate: a commit's messages replace what their key values name, in r.write.
+  void gate_last_values(rm::resource_manager::reply& r, std::function<void(int)>& done);
+
   // `messages` of `bytes` more (or fewer, negative) are on their way into q (queue_room::reserved).
   void reserve_room(queue& q, std::int64_t messages, std::int64_t bytes);
   void reserve_room(const std::vector<room_held>& held, int sign);

@@ -181,3 +181,14 @@ std::vector<queue_entry> queue::take_expired_in_memory(std::uint64_t now) {
 }
 
 }  // namespace escrow::broker
+
+namespace escrow::broker {
+
+bool queue::has(const storage::entry_key& key) const {
+  if (ready_.count(key) || held_.count(key)) return true;
+  if (in_window(key) || !store_) return false;  // within the window what exists is ready or held
+  std::string value;
+  return store_->get(storage::table::entries, key.encode(), value).ok();
+}
+
+}  // namespace escrow::broker

@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "address_limits_part.h"
+#include "last_values_part.h"
+#include "queue_entry.h"
 #include "escrow/broker/core/metrics.h"
 #include "escrow/storage/message.h"
 
@@ -41,14 +43,6 @@ inline std::uint64_t memory_bytes(const storage::message_record& r) {
   return n;
 }
 inline std::uint64_t memory_bytes(const message& m) { return memory_bytes(m.record); }
-
-// A message's place in one queue.
-struct queue_entry {
-  storage::entry_key key;
-  std::uint32_t delivery_count = 0;  // deliveries that ended without an acknowledgement
-  bool stored = false;               // the entry is in LMDB (persistent message, durable queue)
-  message_ptr msg;                   // null until loaded for a stored entry
-};
 
 // What one message counts for in a queue's bytes (max-size-bytes): its stored size, as
 // storage::message_record::encoded_size() (body, headers, destination); 0 until it is loaded.
@@ -125,6 +119,14 @@ class queue {
   std::optional<queue_entry> pop();
 
   bool has_ready();
+  // Whether the entry is still in the queue: ready, held, or (beyond the window) in storage.
+  bool has(const storage::entry_key& key) const;
+  // Calls f(entry) for each ready entry kept in memory that is not stored, in queue order.
+  template <typename F>
+  void for_each_unstored_ready(F&& f) const {
+    for (const auto& [key, e] : ready_)
+      if (!e.stored) f(e);
+  }
 
   // For a queue opened from storage: nothing of it is in memory yet; the cursor starts at the top.
   void start_unloaded() { bound_ = storage::entry_key{id_, 9, 0}; }
@@ -145,6 +147,7 @@ class queue {
 
   queue_counters counters;
   queue_room room;  // what its limits see besides its depth (address_limits_part.h)
+  last_value_index last_values;  // a last-value queue's newest entry per key (last_values_part.h)
 
   // Consumers attached to this queue, served round robin.
   std::vector<subscription*>& consumers() { return consumers_; }

@@ -75,6 +75,8 @@ std::optional<std::string> scheduled_delivery(const frame& f, std::uint64_t now,
 void broker::impl::enqueue(const queue_ptr& q, queue_entry e) {
   if (e.stored) q->release_hold(e.key);
   ++q->counters.enqueued;
+  // A last-value queue's entry that a write under way replaces waits for that write (last_values.cpp).
+  if (!q->last_values.value_of.empty() && hold_back_superseded(q, e)) return;
   // (A scheduled message counts in the queue's depth and bytes, and so in its limits, from when it
   // is due: address_limits.cpp.)
   if (e.msg && e.msg->record.deliver_at != 0) return schedule_entry(q, std::move(e));

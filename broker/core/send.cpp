@@ -289,6 +289,9 @@ void broker::impl::send_routed(const connection_ptr& c, frame& f, routed_message
   // A full DROP-HEAD or ring queue loses its oldest ready messages in this SEND's batch.
   room_plan drops;
   make_room_for_send(routed, b, drops);
+  // A last-value queue's ready message of the same key goes in this batch too (last_values.cpp).
+  last_value_plan replacing;
+  plan_last_values(routed.entries, b, replacing);
 
   std::vector<storage::entry_key> stored;
   b.reserve(routed.msg->record.body.size() + 256 + 32 * routed.entries.size());
@@ -297,13 +300,14 @@ void broker::impl::send_routed(const connection_ptr& c, frame& f, routed_message
     q->hold(e.key);
     stored.push_back(e.key);
   }
-  if (stored.empty() && claims.empty() && drops.empty()) {
+  if (stored.empty() && claims.empty() && drops.empty() && !replacing.removes_stored) {
     // Only new queues' records: nothing waits for them (the next write carries them again if refused).
     if (!b.empty())
       submit(std::move(b), [](const storage::status& s) {
         if (!s.ok()) spdlog::warn("a new queue's record was not stored: {}", s.message());
       });
     publish(routed.entries);
+    finish_last_values(replacing, true);
     return receipt(*c, f);
   }
   if (!stored.empty()) {
@@ -318,14 +322,19 @@ void broker::impl::send_routed(const connection_ptr& c, frame& f, routed_message
   count_storing(c->info.user, storing, false);
   receipt_after(c, f, std::move(b), "message",
                 [this, user = c->info.user, storing, size, entries = std::move(routed.entries),
-                 claims = std::move(claims), drops = std::move(drops)](bool stored) mutable {
+                 claims = std::move(claims), drops = std::move(drops),
+                 replacing = std::move(replacing)](bool stored) mutable {
                   release_duplicate_ids(claims);
                   count_storing(user, storing, true);
                   for (auto& [q, e] : entries) reserve_room(*q, -1, -size);
                   finish_room_plan(drops, stored);
-                  if (stored) return publish(entries);
-                  for (auto& [q, e] : entries)
-                    if (e.stored) q->release_hold(e.key);
+                  if (stored) {
+                    publish(entries);
+                  } else {
+                    for (auto& [q, e] : entries)
+                      if (e.stored) q->release_hold(e.key);
+                  }
+                  finish_last_values(replacing, stored);
                 });
 }
 

@@ -95,6 +95,9 @@ void broker::impl::carry_out(rm::resource_manager::reply r, std::function<void(i
   // Duplicate detection (duplicates.cpp): a prepare or one-phase commit sending an _AMQ_DUPL_ID
   // already taken is rolled back instead (XA_RBINTEGRITY); a commit's ids go into its write.
   if (!gate_duplicate_ids(r, done)) return;
+  // Last-value queues (last_values.cpp): a commit's messages replace the ready ones of their keys
+  // in the commit's own batch.
+  gate_last_values(r, done);
   bool commits = r.act == rm::action::commit_one_phase || r.act == rm::action::commit_prepared ||
                  r.act == rm::action::heuristic_commit;
   bool rolls_back = r.act == rm::action::roll_back || r.act == rm::action::heuristic_rollback ||

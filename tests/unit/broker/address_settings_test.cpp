@@ -145,6 +145,21 @@ TEST_SUITE("broker/address_settings") {
     CHECK_FALSE(resolve_settings({ring_only}, "ring.x").limited());
   }
 
+  TEST_CASE("last-value queues: none by default; a key named wins over last-value in one table") {
+    CHECK(resolve_settings({}, "prices").last_value_key.empty());
+    auto all = entry("#");
+    all.last_value = true;
+    auto prices = entry("prices.*");
+    prices.last_value_key = "sym";
+    prices.last_value = false;  // the key named in the same table wins
+    auto off = entry("prices.off");
+    off.last_value = false;  // lifts what a wider match set
+    std::vector<address_setting_entry> table{all, prices, off};
+    CHECK(resolve_settings(table, "other").last_value_key == "_AMQ_LVQ_NAME");
+    CHECK(resolve_settings(table, "prices.ibm").last_value_key == "sym");
+    CHECK(resolve_settings(table, "prices.off").last_value_key.empty());
+  }
+
   TEST_CASE("address-full-policy names: case-insensitive, with RabbitMQ's x-overflow spellings") {
     CHECK(parse_full_policy("FAIL") == full_policy::fail);
     CHECK(parse_full_policy("fail") == full_policy::fail);

@@ -54,6 +54,33 @@ TEST_SUITE("broker/config") {
     }
   }
 
+  TEST_CASE("last-value queues: last-value-key, default-last-value-key, last-value, last-value-queue") {
+    broker_config config;
+    REQUIRE(load_config_text("[[address-settings]]\nmatch = \"a.#\"\nlast-value-key = \"sym\"\n\n"
+                             "[[address-settings]]\nmatch = \"b.#\"\ndefault-last-value-key = \"JMSXGroupID\"\n\n"
+                             "[[address-settings]]\nmatch = \"c.#\"\nlast-value = true\n\n"
+                             "[[address-settings]]\nmatch = \"d.#\"\nlast-value-queue = true\n\n"
+                             "[[address-settings]]\nmatch = \"d.off\"\ndefault-last-value-queue = false\n",
+                             "t.toml", config)
+                .empty());
+    CHECK(resolve_settings(config.address_settings, "a.x").last_value_key == "sym");
+    CHECK(resolve_settings(config.address_settings, "b.x").last_value_key == "JMSXGroupID");
+    CHECK(resolve_settings(config.address_settings, "c.x").last_value_key == "_AMQ_LVQ_NAME");
+    CHECK(resolve_settings(config.address_settings, "d.x").last_value_key == "_AMQ_LVQ_NAME");
+    CHECK(resolve_settings(config.address_settings, "d.off").last_value_key.empty());
+    CHECK(resolve_settings(config.address_settings, "e").last_value_key.empty());
+    for (const char* line : {"last-value-key = \"\"", "last-value-key = \"a:b\"", "last-value-key = \"a\\nb\"",
+                             "default-last-value-key = \"x\\ry\""}) {
+      INFO(line);
+      broker_config c;
+      std::string error = load_config_text(std::string("[[address-settings]]\nmatch = \"#\"\n") + line + "\n", "t.toml", c);
+      CHECK(error.find("must be a header name (not empty, without ':' or a line break)") != std::string::npos);
+    }
+    broker_config c;
+    CHECK(load_config_text("[[address-settings]]\nmatch = \"#\"\nlast-value = 1\n", "t.toml", c)
+              .rfind("t.toml:3: address-settings[1].last-value must be true or false", 0) == 0);
+  }
+
   TEST_CASE("queue limits: max-size-messages, max-size-bytes, ring-size, address-full-policy, dead-letter-on-drop") {
     broker_config config;
     REQUIRE(load_config_text("[[address-settings]]\nmatch = \"#\"\n\n[[address-settings]]\nmatch = \"orders.#\"\n"

@@ -3,7 +3,8 @@
 // default time to live, the redelivery delay and the delivery attempts before a dead letter; how
 // many duplicate ids an address remembers (Artemis's id-cache-size); and how much a queue may hold
 // and what happens to a message that does not fit (Artemis's max-size-messages, max-size-bytes,
-// address-full-policy and ring-size; broker/core/address_limits.cpp applies them).
+// address-full-policy and ring-size; broker/core/address_limits.cpp applies them); and which header
+// makes a queue a last-value queue (Artemis's last-value-key; broker/core/last_values.cpp).
 //
 // Settings are written per address pattern (address_pattern.h: the HornetQ/Artemis wildcards).
 // An address is a destination without its prefix ("/queue/orders.eu" -> "orders.eu"; a topic subscription's address is its topic).
@@ -58,6 +59,9 @@ struct address_settings {
   bool dead_letter_on_drop = false;
   // A ring queue (Artemis): a new message beyond ring-size removes the oldest ready one; -1: none.
   std::int64_t ring_size = -1;
+  // A last-value queue (Artemis): a new message whose header of this name (or, without it, whose
+  // _AMQ_LVQ_NAME) has the value of a ready message's replaces that message; "": not one.
+  std::string last_value_key;
 
   // Whether the queue has a limit of either kind (max-size-messages, max-size-bytes, ring-size).
   bool limited() const { return max_size_messages >= 0 || max_size_bytes >= 0 || ring_size >= 0; }
@@ -88,7 +92,12 @@ struct address_setting_entry {
   std::optional<full_policy> address_full_policy;
   std::optional<bool> dead_letter_on_drop;
   std::optional<std::int64_t> ring_size;
+  std::optional<std::string> last_value_key;  // last-value-key (default-last-value-key)
+  std::optional<bool> last_value;             // last-value (last-value-queue): true is _AMQ_LVQ_NAME
 };
+
+// The header Artemis's last-value queues key on when the queue names none (last-value = true).
+inline constexpr std::string_view kLastValueHeader = "_AMQ_LVQ_NAME";
 
 // Resolves the settings of `address` from `entries` (in file order; a later entry wins a tie).
 address_settings resolve_settings(const std::vector<address_setting_entry>& entries, std::string_view address);

@@ -49,6 +49,7 @@ struct message_counts {
   std::uint64_t dead_lettered = 0;  // removed after max-delivery-attempts
   std::uint64_t redelivered = 0;    // returned for redelivery (NACK, rollback, consumer gone)
   std::uint64_t dropped = 0;        // non-persistent, removed to keep the queue within max-memory-bytes-per-queue
+  std::uint64_t replaced = 0;       // removed from a last-value queue by a newer message with its key
 };
 
 // One queue (or durable or non-durable topic subscription) as the core sees it.
