@@ -140,7 +140,10 @@ admin_outcome admin_queue_show(admin_core& core, const frame& f) {
     consumers.push_back(json::object{{"connection", c.connection},
                                      {"subscription", c.subscription},
                                      {"ack", c.ack},
-                                     {"in_flight", c.in_flight}});
+                                     {"in_flight", c.in_flight},
+                                     {"priority", c.priority},
+                                     {"exclusive", c.exclusive},
+                                     {"receiving", c.receiving}});
   j["consumers_detail"] = std::move(consumers);
   return ok(to_json(std::move(j)));
 }

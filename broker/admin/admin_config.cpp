@@ -217,6 +217,7 @@ json::object address_setting_json(const address_setting_entry& e) {
   if (e.ring_size) j["ring-size"] = *e.ring_size;
   if (e.last_value_key) j["last-value-key"] = *e.last_value_key;
   if (e.last_value) j["last-value"] = *e.last_value;
+  if (e.exclusive) j["exclusive"] = *e.exclusive;
   if (e.collision_avoidance_factor) j["redelivery-collision-avoidance-factor"] = *e.collision_avoidance_factor;
   return j;
 }

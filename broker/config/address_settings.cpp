@@ -62,6 +62,7 @@ address_settings resolve_settings(const std::vector<address_setting_entry>& entr
     if (e->address_full_policy) s.address_full_policy = *e->address_full_policy;
     if (e->dead_letter_on_drop) s.dead_letter_on_drop = *e->dead_letter_on_drop;
     if (e->ring_size) s.ring_size = *e->ring_size;
+    if (e->exclusive) s.exclusive = *e->exclusive;
     // In one table, a key named wins over last-value = true or false.
     if (e->last_value_key) s.last_value_key = *e->last_value_key;
     else if (e->last_value) s.last_value_key = *e->last_value ? std::string(kLastValueHeader) : std::string();

@@ -187,6 +187,8 @@ toml_keys address_setting_keys(address_setting_entry& e) {
       {"last-value-key", header_name(e.last_value_key)},
       {"default-last-value-key", header_name(e.last_value_key)},
       {"last-value", boolean(e.last_value)},
+      {"exclusive", boolean(e.exclusive)},
+      {"default-exclusive-queue", boolean(e.exclusive)},
       {"last-value-queue", boolean(e.last_value)},
       {"default-last-value-queue", boolean(e.last_value)},
       {"max-redelivery-delay", non_negative(e.max_redelivery_delay_ms)},

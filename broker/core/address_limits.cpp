@@ -484,7 +484,13 @@ bool broker::impl::gate_limits(rm::resource_manager::reply& r, std::function<voi
     for (const auto& n : need)
       if (queue_ptr q = find_by_id(n.queue_id)) {
         const address_settings& s = settings_for(q->address());
-        if (s.ring_size >= 0 || drops_head(s)) drop_oldest(q, s, n.messages, n.bytes, true, r.write, *drops);
+        if (s.ring_size < 0 && !drops_head(s)) continue;
+        // Messages that replace one of their key in a last-value queue (gate_last_values, next)
+        // take its place: room is made only for the others.
+        const std::int64_t replacing = last_values_replacing(q, r.work);
+        q->room.dropping += replacing;
+        drop_oldest(q, s, n.messages, n.bytes, true, r.write, *drops);
+        q->room.dropping -= replacing;
       }
   done = [this, key, prepares, one_phase, need = std::move(need), drops, done = std::move(done)](int code) {
     if (prepares) {

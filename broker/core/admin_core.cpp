@@ -125,8 +125,10 @@ class broker::impl::core_admin final : public admin_core {
     std::vector<consumer_view> out;
     queue_ptr q = m_.find_by_id(queue_id);
     if (!q) return out;
+    const bool exclusive = m_.exclusive_queue(*q);
     for (const subscription* sub : q->consumers())
-      out.push_back({sub->owner ? sub->owner->id : 0, sub->id, ack_name(sub->mode), sub->unacked.size()});
+      out.push_back({sub->owner ? sub->owner->id : 0, sub->id, ack_name(sub->mode), sub->unacked.size(),
+                     sub->priority, sub->exclusive, !exclusive || m_.exclusive_owner_of(*q) == sub});
     return out;
   }
 

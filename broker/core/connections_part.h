@@ -39,6 +39,11 @@ struct subscription {
   std::uint32_t window = 0;                // most unacknowledged messages at once
   std::map<std::uint64_t, delivery> unacked;  // by ack tag, in delivery order
   std::uint64_t unacked_bytes = 0;         // memory_bytes() of unacked's loaded messages (max-consumer-window-bytes)
+  // Consumer priority (activemq.priority, x-priority): a queue serves its highest-priority
+  // consumers with room first (delivery.cpp). Exclusive (activemq.exclusive): one consumer of the
+  // queue receives at a time.
+  std::int32_t priority = 0;
+  bool exclusive = false;
 
   using unacked_iterator = std::map<std::uint64_t, delivery>::iterator;
   void add_unacked(std::uint64_t tag, delivery d) {

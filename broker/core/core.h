@@ -102,9 +102,15 @@ struct last_value_plan {
     queue_ptr q;
     std::string value;
     storage::entry_key key;
-    std::vector<storage::entry_key> removes;  // the members of its value's chain it removes
+    std::uint64_t serial = 0;                   // its own member's
+    std::optional<storage::entry_key> previous;  // its value's newest before it
+    // The members of its value's chain it removes (key, serial).
+    std::vector<std::pair<storage::entry_key, std::uint64_t>> removes;
   };
   std::vector<write> writes;
+  // Queues where a write of this plan takes the place of a message it removes (their limits:
+  // such a write adds nothing).
+  std::vector<std::uint32_t> replacing_in;
   bool removes_stored = false;  // it removes a stored entry: it must go through the store
 };
 
@@ -368,9 +374,12 @@ struct broker::impl {
   // nothing more with it.
   bool hold_back_superseded(const queue_ptr& q, const queue_entry& e);
   // A chain member after one of its removers is done: dropped, offered again, or left waiting.
-  void settle_member(const queue_ptr& q, const std::string& value, storage::entry_key key,
+  void settle_member(const queue_ptr& q, const std::string& value, storage::entry_key key, std::uint64_t serial,
                      std::vector<queue_ptr>& touched);
   void prune_last_values(queue& q);
+  // How many of work's messages to q will replace one of their key (before planning: the commit's
+  // ring and DROP-HEAD room).
+  std::int64_t last_values_replacing(const queue_ptr& q, const rm::branch_work& work);
   // carry_out's gate: a commit's messages replace what their key values name, in r.write.
   void gate_last_values(rm::resource_manager::reply& r, std::function<void(int)>& done);
 
@@ -470,8 +479,14 @@ struct broker::impl {
     std::vector<std::pair<std::uint64_t, std::uint64_t>> after_counts;
   };
   void dispatch(const queue_ptr& q);
-  // The next consumer of q, in turn, with room for another message (its index in `index`).
-  subscription* consumer_with_room(queue& q, std::size_t& index);
+  // The next consumer of q, in turn, with room for another message (its index in `index`): of the
+  // highest priority that has one with room; on an exclusive queue only its owner.
+  subscription* consumer_with_room(queue& q, std::size_t& index, bool& exclusive);
+  // Whether q serves one consumer at a time: its address settings say exclusive, or a consumer
+  // asked for it. exclusive_owner_of: its owner, or the consumer that becomes it with the next
+  // message handed out.
+  bool exclusive_queue(queue& q);
+  subscription* exclusive_owner_of(queue& q);
   void hand_out(const queue_ptr& q, subscription& chosen, queue_entry e, dispatch_writes& w);
   void submit_auto_acks(const queue_ptr& q, storage::batch b, std::vector<storage::entry_key> keys);
   void submit_delivery_counts(storage::batch b, std::vector<std::pair<std::uint64_t, std::uint64_t>> deliveries);

@@ -37,6 +37,8 @@ bool broker::impl::load_message(queue_entry& e) {
     return refuse(storage::corrupt_record(storage::table::entries, key,
                                           "an entry starts with a u32 delivery count, this one is " +
                                               std::to_string(value.size()) + " bytes"));
+  // An entry taken straight from storage (queue::take beyond the window) brings its stored count.
+  e.delivery_count = std::max(e.delivery_count, storage::decode_delivery_count(value));
   if (value.size() > 4) {
     if (!storage::decode_inline_message(value, m->record))
       return refuse(storage::corrupt_record(storage::table::entries, key, "the message stored in it does not decode"));
@@ -91,13 +93,47 @@ bool has_room(const subscription& s, std::size_t max_pending, std::uint64_t max_
 }
 }  // namespace
 
-subscription* broker::impl::consumer_with_room(queue& q, std::size_t& index) {
+bool broker::impl::exclusive_queue(queue& q) {
+  return q.exclusive_consumers != 0 || settings_for(q.address()).exclusive;
+}
+
+subscription* broker::impl::exclusive_owner_of(queue& q) {
+  if (q.exclusive_owner) return q.exclusive_owner;
+  // The first in consumer order (highest priority, then the earliest) of those that may own it:
+  // any consumer of a queue exclusive by its settings, else those that asked for it. It becomes
+  // the owner when it is handed a message (dispatch), not before.
+  const bool any = q.exclusive_consumers == 0;
+  for (subscription* s : q.consumers())
+    if (any || s->exclusive) return s;
+  return nullptr;
+}
+
+subscription* broker::impl::consumer_with_room(queue& q, std::size_t& index, bool& exclusive) {
   auto& consumers = q.consumers();
-  std::size_t n = consumers.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    index = (q.next_consumer() + i) % n;
-    if (has_room(*consumers[index], config.max_pending_bytes, config.max_consumer_window_bytes))
-      return consumers[index];
+  const std::size_t n = consumers.size();
+  auto room = [this](const subscription& s) {
+    return has_room(s, config.max_pending_bytes, config.max_consumer_window_bytes);
+  };
+  exclusive = exclusive_queue(q);
+  if (exclusive) {
+    // One consumer receives; the others wait for it to leave, even when it has no room.
+    subscription* owner = exclusive_owner_of(q);
+    if (!owner || !room(*owner)) return nullptr;
+    index = static_cast<std::size_t>(std::find(consumers.begin(), consumers.end(), owner) - consumers.begin());
+    return owner;
+  }
+  // By priority, highest first; round robin within one priority, from where the last turn ended.
+  for (std::size_t first = 0; first < n;) {
+    std::size_t end = first + 1;
+    while (end < n && consumers[end]->priority == consumers[first]->priority) ++end;
+    const std::size_t len = end - first;
+    const std::size_t next = q.next_consumer();
+    const std::size_t start = next >= first && next < end ? next - first : 0;
+    for (std::size_t i = 0; i < len; ++i) {
+      index = first + (start + i) % len;
+      if (room(*consumers[index])) return consumers[index];
+    }
+    first = end;
   }
   return nullptr;
 }
@@ -135,7 +171,8 @@ void broker::impl::dispatch(const queue_ptr& q) {
   std::uint64_t now = now_ms();
   while (!q->consumers().empty()) {
     std::size_t chosen_index = 0;
-    subscription* chosen = consumer_with_room(*q, chosen_index);
+    bool exclusive = false;
+    subscription* chosen = consumer_with_room(*q, chosen_index, exclusive);
     if (!chosen) break;
     std::optional<queue_entry> popped = q->pop();
     if (!popped) break;
@@ -155,6 +192,7 @@ void broker::impl::dispatch(const queue_ptr& q) {
     // The turn passes only when a message was handed out, so round robin is fair to consumers
     // that were skipped when the queue ran dry.
     q->next_consumer() = chosen_index + 1;
+    if (exclusive) q->exclusive_owner = chosen;  // it receives alone until it leaves
     hand_out(q, *chosen, std::move(e), w);
   }
   if (!w.auto_acks.empty()) submit_auto_acks(q, std::move(w.auto_acks), std::move(w.auto_acked));

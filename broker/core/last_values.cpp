@@ -36,6 +36,14 @@ const std::string* key_value(const storage::message_record& r, const std::string
 
 constexpr std::size_t kIndexPage = 1024;
 
+// A member leaves the chain: its queue's limits count it again, or not at all once it is gone.
+void uncount_dropping(queue& q, last_value_member& m) {
+  if (m.dropping_bytes < 0) return;
+  q.room.dropping -= 1;
+  q.room.dropping_bytes -= m.dropping_bytes;
+  m.dropping_bytes = -1;
+}
+
 }  // namespace
 
 const std::string* broker::impl::last_value_of(const queue_ptr& q, const message& m) {
@@ -96,34 +104,43 @@ void broker::impl::plan_last_value(const queue_ptr& q, const queue_entry& e, sto
   // The value's newest, when it is ready (in memory or only in storage), joins the chain. A held
   // one (in flight, in a transaction, being moved) stays with whoever holds it: the new one
   // comes after it.
-  if (auto it = idx.newest.find(value); it != idx.newest.end() && !chain.count(it->second)) {
+  std::optional<storage::entry_key> previous;
+  if (auto it = idx.newest.find(value); it != idx.newest.end()) {
+    previous = it->second;
     const storage::entry_key old = it->second;
-    if (!q->is_held(old) && q->has(old))
+    if (!chain.count(old) && !q->is_held(old) && q->has(old))
       if (std::optional<queue_entry> taken = q->take(old)) {
+        // (One whose message cannot be read stays held, as dispatch leaves it: docs/storage.md.)
         if (load_message(*taken)) {
           last_value_member m;
           m.now = last_value_member::state::taken;
+          m.serial = idx.next_serial++;
           m.entry = std::move(*taken);
           chain.emplace(old, std::move(m));
           idx.value_of.emplace(old, value);
-        } else {
-          q->release_hold(old);  // unreadable: left as dispatch leaves it (docs/storage.md)
         }
       }
   }
   // This write removes every member: what a refused write before it would have removed, too.
-  last_value_plan::write w{q, value, e.key, {}};
+  last_value_plan::write w{q, value, e.key, idx.next_serial++, previous, {}};
   for (auto& [key, m] : chain) {
     ++m.removers;
-    w.removes.push_back(key);
+    w.removes.emplace_back(key, m.serial);
+    if (m.dropping_bytes < 0) {
+      m.dropping_bytes = static_cast<std::int64_t>(stored_size(m.entry));
+      q->room.dropping += 1;
+      q->room.dropping_bytes += m.dropping_bytes;
+    }
     if (m.entry.stored) {
       storage::erase_entry(b, key);
       plan.removes_stored = true;
     }
   }
+  if (!w.removes.empty()) plan.replacing_in.push_back(q->id());
   last_value_member self;
+  self.serial = w.serial;
   self.entry = queue_entry{e.key, 0, e.stored, e.msg};
-  chain.emplace(e.key, std::move(self));
+  chain.insert_or_assign(e.key, std::move(self));
   idx.value_of.emplace(e.key, value);
   idx.newest[value] = e.key;
   plan.writes.push_back(std::move(w));
@@ -145,6 +162,7 @@ bool broker::impl::hold_back_superseded(const queue_ptr& q, const queue_entry& e
   last_value_member& m = it->second;
   if (m.removed) {
     // A write that removes it was done before its own (one kept in memory only): it never shows.
+    uncount_dropping(*q, m);
     ++q->counters.replaced;
   } else if (m.removers > 0) {
     m.now = last_value_member::state::arrived;
@@ -153,6 +171,7 @@ bool broker::impl::hold_back_superseded(const queue_ptr& q, const queue_entry& e
     q->counters.added(stored_size(e));
     return true;
   } else {
+    uncount_dropping(*q, m);
     idx.newest[v->second] = e.key;  // it settles: offered by the caller
   }
   const bool dropped = m.removed;
@@ -164,15 +183,16 @@ bool broker::impl::hold_back_superseded(const queue_ptr& q, const queue_entry& e
 }
 
 void broker::impl::settle_member(const queue_ptr& q, const std::string& value, storage::entry_key key,
-                                 std::vector<queue_ptr>& touched) {
+                                 std::uint64_t serial, std::vector<queue_ptr>& touched) {
   last_value_index& idx = q->last_values;
   auto c = idx.chains.find(value);
   if (c == idx.chains.end()) return;
   auto it = c->second.find(key);
-  if (it == c->second.end()) return;
+  if (it == c->second.end() || it->second.serial != serial) return;
   last_value_member& m = it->second;
   if (m.now == last_value_member::state::writing) return;  // its own write decides first
   if (!m.removed && m.removers > 0) return;                 // writes that remove it are under way
+  uncount_dropping(*q, m);
   if (m.entry.stored) q->release_hold(key);
   if (m.removed) {
     q->counters.removed(q->counters.replaced, stored_size(m.entry));
@@ -195,20 +215,27 @@ void broker::impl::finish_last_values(last_value_plan& plan, bool stored) {
     if (c == idx.chains.end()) continue;
     // Its own entry: refused, it never was; stored and not published (its queue went away), it
     // is not this index's any more. (Published, it has left the chain or is held back in it.)
-    if (auto self = c->second.find(w.key);
-        self != c->second.end() && self->second.now == last_value_member::state::writing) {
+    if (auto self = c->second.find(w.key); self != c->second.end() && self->second.serial == w.serial &&
+                                           self->second.now == last_value_member::state::writing) {
+      uncount_dropping(*w.q, self->second);
       c->second.erase(self);
       idx.value_of.erase(w.key);
     }
-    for (const auto& key : w.removes) {
+    for (const auto& [key, serial] : w.removes) {
       auto it = c->second.find(key);
-      if (it == c->second.end()) continue;
+      if (it == c->second.end() || it->second.serial != serial) continue;
       --it->second.removers;
       if (stored) it->second.removed = true;
     }
-    for (const auto& key : w.removes) settle_member(w.q, w.value, key, touched);
+    for (const auto& [key, serial] : w.removes) settle_member(w.q, w.value, key, serial, touched);
     if (auto again = idx.chains.find(w.value); again != idx.chains.end() && again->second.empty())
       idx.chains.erase(again);
+    // Refused: the value's newest is what it was before, unless a member given back took its place.
+    if (!stored)
+      if (auto n = idx.newest.find(w.value); n != idx.newest.end() && n->second == w.key) {
+        if (w.previous) n->second = *w.previous;
+        else idx.newest.erase(n);
+      }
   }
   plan = last_value_plan{};
   for (auto& q : touched) dispatch(q);
@@ -221,6 +248,25 @@ void broker::impl::prune_last_values(queue& q) {
   const std::size_t depth = q.counters.depth > 0 ? static_cast<std::size_t>(q.counters.depth) : 0;
   if (idx.newest.size() <= 2 * depth + 1024) return;
   std::erase_if(idx.newest, [&](const auto& v) { return !idx.chains.count(v.first) && !q.has(v.second); });
+}
+
+std::int64_t broker::impl::last_values_replacing(const queue_ptr& q, const rm::branch_work& work) {
+  std::int64_t n = 0;
+  std::vector<std::string> seen;  // values of this transaction's earlier messages
+  for (const auto& s : work.sends)
+    for (const auto& t : s.targets) {
+      if (t.key.queue_id != q->id() || !s.msg) continue;
+      const std::string* v = last_value_of(q, *s.msg);
+      if (!v) continue;
+      const last_value_index& idx = q->last_values;
+      bool frees = std::find(seen.begin(), seen.end(), *v) != seen.end();
+      if (auto c = idx.chains.find(*v); !frees && c != idx.chains.end()) frees = !c->second.empty();
+      if (auto it = idx.newest.find(*v); !frees && it != idx.newest.end())
+        frees = !q->is_held(it->second) && q->has(it->second);
+      if (!frees) seen.push_back(*v);
+      n += frees;
+    }
+  return n;
 }
 
 void broker::impl::gate_last_values(rm::resource_manager::reply& r, std::function<void(int)>& done) {

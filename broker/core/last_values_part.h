@@ -29,7 +29,13 @@ struct last_value_member {
     arrived,  // its write is done; held back while later writes that remove it are under way
   };
   state now = state::writing;
+  // Which member it is: an entry key comes back when a refused commit is tried again, and a write
+  // planned against the first attempt must not remove the second.
+  std::uint64_t serial = 0;
   int removers = 0;      // writes under way that remove it
+  // While a write removes it, it no longer counts in its queue's limits (queue_room::dropping),
+  // as DROP-HEAD's oldest message does: the write takes its place. Its size, counted; -1: not.
+  std::int64_t dropping_bytes = -1;
   bool removed = false;  // one of them is stored: it is gone
   queue_entry entry;     // (writing: the key, stored flag and message)
 };
@@ -44,6 +50,7 @@ struct last_value_index {
   std::unordered_map<std::string, std::map<storage::entry_key, last_value_member>> chains;
   // The value each member of a chain belongs to.
   std::map<storage::entry_key, std::string> value_of;
+  std::uint64_t next_serial = 1;
 
   bool active() const { return !key.empty(); }
 };

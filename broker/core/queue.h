@@ -149,10 +149,16 @@ class queue {
   queue_room room;  // what its limits see besides its depth (address_limits_part.h)
   last_value_index last_values;  // a last-value queue's newest entry per key (last_values_part.h)
 
-  // Consumers attached to this queue, served round robin.
+  // Consumers attached to this queue, highest priority first (in the order they came within one
+  // priority), served round robin within the highest priority that has room.
   std::vector<subscription*>& consumers() { return consumers_; }
   const std::vector<subscription*>& consumers() const { return consumers_; }
   std::size_t& next_consumer() { return next_consumer_; }
+  // Exclusive consumers (docs/stomp.md, "Exclusive consumers"): how many of its consumers asked
+  // for it, and the one that receives while the queue is exclusive (null until chosen; it stays
+  // until it leaves).
+  std::size_t exclusive_consumers = 0;
+  subscription* exclusive_owner = nullptr;
 
  private:
   bool in_window(const storage::entry_key& key) const { return !bound_ || key < *bound_; }

@@ -287,11 +287,13 @@ void broker::impl::send_routed(const connection_ptr& c, frame& f, routed_message
   duplicate_ids claims;
   if (duplicate_id && !claim_send_id(c, f, routed.msg->record.destination, *duplicate_id, b, claims)) return;
   // A full DROP-HEAD or ring queue loses its oldest ready messages in this SEND's batch.
-  room_plan drops;
-  make_room_for_send(routed, b, drops);
-  // A last-value queue's ready message of the same key goes in this batch too (last_values.cpp).
+  // A last-value queue's ready message of the same key goes in this batch (last_values.cpp); it
+  // no longer counts for the queue's limits, so a ring or DROP-HEAD queue makes room only for
+  // what grows it.
   last_value_plan replacing;
   plan_last_values(routed.entries, b, replacing);
+  room_plan drops;
+  make_room_for_send(routed, b, drops);
 
   std::vector<storage::entry_key> stored;
   b.reserve(routed.msg->record.body.size() + 256 + 32 * routed.entries.size());

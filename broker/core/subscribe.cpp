@@ -87,6 +87,26 @@ std::unique_ptr<subscription> broker::impl::new_subscription(const connection_pt
     sub->window = n;
     break;
   }
+  // Consumer priority: ActiveMQ's and RabbitMQ's header names; any 32-bit integer, 0 by default.
+  for (const char* h : {"activemq.priority", "x-priority"}) {
+    const std::string* p = f.find(h);
+    if (!p) continue;
+    std::int32_t n = 0;
+    auto [end, ec] = std::from_chars(p->data(), p->data() + p->size(), n);
+    if (ec != std::errc() || end != p->data() + p->size()) {
+      error(*c, std::string("invalid ") + h + " header '" + *p + "': use an integer (higher is served first)", &f);
+      return nullptr;
+    }
+    sub->priority = n;
+    break;
+  }
+  if (const std::string* x = f.find("activemq.exclusive")) {
+    if (*x != "true" && *x != "false") {
+      error(*c, "invalid activemq.exclusive header '" + *x + "': use true or false", &f);
+      return nullptr;
+    }
+    sub->exclusive = *x == "true";
+  }
   return sub;
 }
 
@@ -171,7 +191,12 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
   if (!sub->source) return;
 
   queue_ptr source = sub->source;
-  source->consumers().push_back(sub.get());
+  // Highest priority first; after those of its own priority already there.
+  auto& consumers = source->consumers();
+  consumers.insert(std::find_if(consumers.begin(), consumers.end(),
+                                [p = sub->priority](const subscription* s) { return s->priority < p; }),
+                   sub.get());
+  source->exclusive_consumers += sub->exclusive;
   c->subscriptions.emplace(id, std::move(sub));
   count_subscriptions(*c, 1);
   if (!created) {
@@ -201,6 +226,8 @@ void broker::impl::detach(subscription& s, storage::batch& b) {
   s.clear_unacked();
   auto& consumers = s.source->consumers();
   std::erase(consumers, &s);
+  s.source->exclusive_consumers -= s.exclusive;
+  if (s.source->exclusive_owner == &s) s.source->exclusive_owner = nullptr;  // the next one takes over
   if (s.source->type() == queue::kind::subscription) {
     // A non-durable subscription's queue lives and dies with its only consumer.
     auto t = topology.topics.find(s.source->topic());

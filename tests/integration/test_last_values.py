@@ -498,3 +498,71 @@ def test_pipelined_updates_with_a_refused_write_in_a_random_place_keep_one_value
     b.start()
     latest()  # the stored ones: still at most one per key
     b.kill9()
+
+
+def test_the_index_rebuilt_at_restart_takes_the_newest_of_two_stored_messages_of_a_key(broker_factory,
+                                                                                        stomp_client):
+    b = lv_broker(broker_factory)
+    q = name("lv")
+    dest = f"/queue/{q}"
+    c = stomp_client(b)
+    sub = c.subscribe(dest, ack="client-individual", headers={"prefetch-count": "1"})
+    send_all(b, stomp_client, dest, [("A", "a1")], headers={"priority": "9"})
+    c.wait_messages(1, subscription=sub)  # in flight: a2 waits behind it, both stored
+    send_all(b, stomp_client, dest, [("A", "a2")], headers={"priority": "1"})
+    b.kill9()
+    b.start()
+    assert stored_bodies(b, stomp_client, q) == ["a1", "a2"]
+    # a2 arrived last: it is the one a3 replaces, although a1 sorts first.
+    send_all(b, stomp_client, dest, [("A", "a3")], headers={"priority": "5"})
+    assert stored_bodies(b, stomp_client, q) == ["a1", "a3"]
+    b.kill9()
+
+
+def test_a_refused_send_while_the_newest_is_in_flight_leaves_it_replaceable(broker_factory, stomp_client):
+    # Commit 2: a1; 3: a2 (refused); 4: the NACK's delivery count; 5: a3, which replaces a1.
+    b = faulty_broker(broker_factory, stomp_client, "commit:3:map_full", config=config(KEYED, head=HTTP))
+    q = name("lv")
+    dest = f"/queue/{q}"
+    assert try_send(b, stomp_client, dest, "a1", {"sym": "A"}) == "RECEIPT"
+    c = stomp_client(b)
+    sub = c.subscribe(dest, ack="client-individual", headers={"prefetch-count": "1"})
+    (m,) = c.wait_messages(1, subscription=sub)
+    assert try_send(b, stomp_client, dest, "a2", {"sym": "A"}).startswith("message not stored: ")
+    c.unsubscribe(sub)  # a1 goes back, ready
+    assert try_send(b, stomp_client, dest, "a3", {"sym": "A"}) == "RECEIPT"
+    assert stored_bodies(b, stomp_client, q) == ["a3"]
+    assert show(b, stomp_client, q)["depth"] == 1
+    c.close()
+    b.kill9()
+
+
+@pytest.mark.parametrize("policy", ["ring", "drop-head"])
+def test_a_ring_or_drop_head_last_value_queue_makes_room_only_for_what_grows_it(broker_factory, stomp_client,
+                                                                                policy):
+    keys = dict(ring_size=3) if policy == "ring" else dict(max_size_messages=3, address_full_policy="DROP-HEAD")
+    b = broker_factory(config=config(limit("lvr.#", last_value_key="sym", **keys), head=HTTP))
+    q = name("lvr")
+    dest = f"/queue/{q}"
+    send_all(b, stomp_client, dest, [("B", "b0"), ("C", "c0"), ("A", "a0")])
+    send_all(b, stomp_client, dest, [("A", "a1")])
+    assert stored_bodies(b, stomp_client, q) == ["b0", "c0", "a1"]
+    # Pipelined: the second replaces the first while it is still being written.
+    s = RawStomp(b.port)
+    s.connect()
+    s.send(frame_bytes("SEND", [("destination", dest), ("sym", "A")], b"a2") +
+           frame_bytes("SEND", [("destination", dest), ("sym", "A"), ("receipt", "r")], b"a3"))
+    assert s.read_frame().command == "RECEIPT"
+    s.close()
+    assert stored_bodies(b, stomp_client, q) == ["b0", "c0", "a3"]
+    # At commit too.
+    c = stomp_client(b)
+    c.begin("t")
+    c.send(dest, "c1", headers={"sym": "C", "transaction": "t"})
+    c.commit("t")
+    assert stored_bodies(b, stomp_client, q) == ["b0", "a3", "c1"]
+    # A new key grows it: the oldest goes.
+    send_all(b, stomp_client, dest, [("D", "d0")])
+    assert stored_bodies(b, stomp_client, q) == ["a3", "c1", "d0"]
+    c.close()
+    b.kill9()

@@ -62,6 +62,9 @@ struct address_settings {
   // A last-value queue (Artemis): a new message whose header of this name (or, without it, whose
   // _AMQ_LVQ_NAME) has the value of a ready message's replaces that message; "": not one.
   std::string last_value_key;
+  // An exclusive queue (Artemis's exclusive queues): one consumer receives at a time; the next
+  // takes over when it leaves.
+  bool exclusive = false;
 
   // Whether the queue has a limit of either kind (max-size-messages, max-size-bytes, ring-size).
   bool limited() const { return max_size_messages >= 0 || max_size_bytes >= 0 || ring_size >= 0; }
@@ -94,6 +97,7 @@ struct address_setting_entry {
   std::optional<std::int64_t> ring_size;
   std::optional<std::string> last_value_key;  // last-value-key (default-last-value-key)
   std::optional<bool> last_value;             // last-value (last-value-queue): true is _AMQ_LVQ_NAME
+  std::optional<bool> exclusive;              // exclusive (default-exclusive-queue)
 };
 
 // The header Artemis's last-value queues key on when the queue names none (last-value = true).

@@ -77,6 +77,9 @@ struct consumer_view {
   std::string subscription;  // its id
   std::string_view ack;      // "auto", "client", "client-individual"
   std::size_t in_flight = 0;
+  std::int32_t priority = 0;  // activemq.priority / x-priority
+  bool exclusive = false;     // it asked for activemq.exclusive
+  bool receiving = true;      // false when an exclusive consumer other than it receives
 };
 
 struct connection_view {
