@@ -81,6 +81,22 @@ TEST_SUITE("broker/config") {
               .rfind("t.toml:3: address-settings[1].last-value must be true or false", 0) == 0);
   }
 
+  TEST_CASE("exclusive queues: exclusive and Artemis's default-exclusive-queue, false by default") {
+    broker_config config;
+    REQUIRE(load_config_text("[[address-settings]]\nmatch = \"a.#\"\nexclusive = true\n\n"
+                             "[[address-settings]]\nmatch = \"b.#\"\ndefault-exclusive-queue = true\n\n"
+                             "[[address-settings]]\nmatch = \"b.off\"\nexclusive = false\n",
+                             "t.toml", config)
+                .empty());
+    CHECK(resolve_settings(config.address_settings, "a.x").exclusive);
+    CHECK(resolve_settings(config.address_settings, "b.x").exclusive);
+    CHECK_FALSE(resolve_settings(config.address_settings, "b.off").exclusive);
+    CHECK_FALSE(resolve_settings(config.address_settings, "c").exclusive);
+    broker_config c;
+    CHECK(load_config_text("[[address-settings]]\nmatch = \"#\"\nexclusive = \"yes\"\n", "t.toml", c)
+              .rfind("t.toml:3: address-settings[1].exclusive must be true or false", 0) == 0);
+  }
+
   TEST_CASE("queue limits: max-size-messages, max-size-bytes, ring-size, address-full-policy, dead-letter-on-drop") {
     broker_config config;
     REQUIRE(load_config_text("[[address-settings]]\nmatch = \"#\"\n\n[[address-settings]]\nmatch = \"orders.#\"\n"
