@@ -34,6 +34,8 @@ void run_backup(const settings& s, const output_options& o, const std::string& d
 // commands_queues.cpp
 void run_queues(const settings& s, const output_options& o);
 void run_queue_show(const settings& s, const output_options& o, const std::string& name);
+// group-reset: every group of the queue, or only `group` when it is not empty.
+void run_reset_groups(const settings& s, const output_options& o, const std::string& name, const std::string& group);
 void run_browse(const settings& s, const output_options& o, const std::string& name, std::size_t count);
 // escrow scheduled list / deliver / delete (commands_queues.cpp); `ids` comma-separated, or `all`.
 void run_scheduled_list(const settings& s, const output_options& o, const std::string& name, std::size_t count);

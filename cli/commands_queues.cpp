@@ -55,10 +55,23 @@ void run_queue_show(const settings& s, const output_options& o, const std::strin
   const auto& consumers = array(q, "consumers_detail");
   if (consumers.empty()) return;
   std::cout << "\n";
-  table t({"CONNECTION", "SUBSCRIPTION", "ACK", "IN-FLIGHT"});
-  for (const auto& c : consumers)
-    t.add({text(c, "connection"), text(c, "subscription"), text(c, "ack"), text(c, "in_flight")});
+  table t({"CONNECTION", "SUBSCRIPTION", "ACK", "IN-FLIGHT", "PRIORITY", "EXCLUSIVE", "RECEIVING", "GROUPS"});
+  for (const auto& c : consumers) {
+    std::string groups = text(c, "groups");
+    for (const auto& g : array(c, "group_ids")) groups += (groups.size() == text(c, "groups").size() ? " " : ",") + std::string(g.as_string());
+    t.add({text(c, "connection"), text(c, "subscription"), text(c, "ack"), text(c, "in_flight"), text(c, "priority"),
+           text(c, "exclusive"), text(c, "receiving"), groups});
+  }
   t.print(std::cout);
+}
+
+void run_reset_groups(const settings& s, const output_options& o, const std::string& name, const std::string& group) {
+  admin_args args{{"name", name}};
+  if (!group.empty()) args.emplace_back("group", group);
+  admin_answer a = admin_call(s, "group-reset", args);
+  if (print_json(o, a)) return;
+  std::cout << "released " << count_of(number(a.json, "released"), "message group") << " of " << text(a.json, "queue")
+            << "\n";
 }
 
 namespace {

@@ -21,7 +21,7 @@ struct command_choices {
   output_options out;
   std::function<void(const settings&)> action;
   std::function<int()> offline;
-  std::string name, from, to, filter, client_id, owner, xid, file, data_dir, scratch, user_name, dir;
+  std::string name, from, to, filter, client_id, owner, xid, file, data_dir, scratch, user_name, dir, group;
   std::size_t count = 20;
   bool yes = false, compact = false, all = false;
   std::vector<std::string> roles;
@@ -59,6 +59,11 @@ void add_queue_commands(CLI::App& app, command_choices& c) {
   auto* show = queue->add_subcommand("show", "a queue's numbers, its address settings and its consumers");
   show->add_option("NAME", c.name, "queue (or durable subscription CLIENT-ID.NAME)")->required();
   on(show, c, [&c](const settings& s) { run_queue_show(s, c.out, c.name); });
+  auto* reset = queue->add_subcommand("reset-groups", "release a queue's message groups: their next messages go "
+                                                      "to whichever consumer is picked as for a new group");
+  reset->add_option("NAME", c.name, "queue (or durable subscription CLIENT-ID.NAME)")->required();
+  reset->add_option("--group", c.group, "only this group (JMSXGroupID); default: every group");
+  on(reset, c, [&c](const settings& s) { run_reset_groups(s, c.out, c.name, c.group); });
 
   auto* browse = app.add_subcommand("browse", "peek at stored messages without consuming them");
   browse->add_option("NAME", c.name, "queue")->required();

@@ -143,7 +143,9 @@ admin_outcome admin_queue_show(admin_core& core, const frame& f) {
                                      {"in_flight", c.in_flight},
                                      {"priority", c.priority},
                                      {"exclusive", c.exclusive},
-                                     {"receiving", c.receiving}});
+                                     {"receiving", c.receiving},
+                                     {"groups", c.groups},
+                                     {"group_ids", json::array(c.group_ids.begin(), c.group_ids.end())}});
   j["consumers_detail"] = std::move(consumers);
   return ok(to_json(std::move(j)));
 }
@@ -301,6 +303,18 @@ std::optional<admin_outcome> page_asked(const admin_core& core, const frame& f, 
   return std::nullopt;
 }
 
+// group-reset name=QUEUE [group=ID]: releases its message groups (docs/operations.md).
+admin_outcome admin_group_reset(admin_core& core, const frame& f) {
+  std::string name(f.get("name"));
+  std::optional<queue_view> q = core.find_queue(name);
+  if (!q) return {"not-found", "no queue or durable subscription named '" + name + "' (escrow queues lists them)", {}};
+  std::optional<std::string> group;
+  if (const std::string* g = f.find("group")) group = *g;
+  std::optional<std::size_t> n = core.reset_groups(q->id, group);
+  if (!n) return {"not-found", "queue '" + name + "' went away meanwhile", {}};
+  return ok(to_json(json::object{{"queue", q->name}, {"released", *n}}));
+}
+
 void handle_admin_command(admin_core& core, std::uint64_t connection_id, const frame& f, admin_done done) {
   std::string command(f.get("admin-command"));
   if (command == "status") return done(admin_status(core));
@@ -319,11 +333,12 @@ void handle_admin_command(admin_core& core, std::uint64_t connection_id, const f
     return admin_xa_decide(core, connection_id, f, std::move(done));
   if (command == "backup") return admin_backup(core, f, std::move(done));
   if (command == "config") return done(admin_config(core, f));
+  if (command == "group-reset") return done(admin_group_reset(core, f));
   done(admin_outcome{"invalid",
                      (command.empty() ? std::string("ADMIN frame has no admin-command header")
                                       : "unknown admin-command '" + command + "'") +
                          ": use status, queues, queue-show, browse, purge, move, connections, subscriptions, "
-                         "subscription-delete, scheduled, xa-list, xa-commit, xa-rollback, xa-forget, coordinator, backup or config",
+                         "subscription-delete, scheduled, group-reset, xa-list, xa-commit, xa-rollback, xa-forget, coordinator, backup or config",
                      {}});
 }
 

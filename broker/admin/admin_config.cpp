@@ -280,6 +280,7 @@ json::object config_json(const broker_config& c) {
                                {"first-byte-timeout-ms", c.first_byte_timeout_ms},
                                {"max-subscriptions-per-connection", c.max_subscriptions_per_connection},
                                {"max-consumer-window", c.max_consumer_window},
+                               {"max-groups-per-queue", c.max_groups_per_queue},
                                {"max-branches-per-connection", c.max_branches_per_connection},
                                {"max-branches-per-user", c.max_branches_per_user},
                                {"max-prepared-branches-per-user", c.max_prepared_branches_per_user},

@@ -45,7 +45,7 @@ constexpr std::string_view kPolicy =
 const std::set<std::string, std::less<>> kReadCommands = {"status", "queues", "queue-show", "browse", "connections",
                                                            "subscriptions", "xa-list", "coordinator", "config"};
 const std::set<std::string, std::less<>> kWriteCommands = {"purge", "move", "subscription-delete", "xa-commit",
-                                                            "xa-rollback", "xa-forget"};
+                                                            "xa-rollback", "xa-forget", "group-reset"};
 
 http_response make(const http_request& req, http::status status, std::string_view type, std::string body) {
   http_response res{status, req.version()};

@@ -258,6 +258,7 @@ toml_keys limits_keys(broker_config& config) {
           {"max-connections-per-user", unsigned_field(config.max_connections_per_user, 1)},
           {"max-subscriptions-per-connection", unsigned_field(config.max_subscriptions_per_connection, 1)},
           {"max-consumer-window", unsigned_field(config.max_consumer_window, 1)},
+          {"max-groups-per-queue", unsigned_field(config.max_groups_per_queue, 1)},
           {"max-branches-per-connection", unsigned_field(config.max_branches_per_connection, 1)},
           {"max-branches-per-user", unsigned_field(config.max_branches_per_user, 1)},
           {"max-prepared-branches-per-user", unsigned_field(config.max_prepared_branches_per_user, 1)},

@@ -84,6 +84,7 @@ const config_key kConfigKeys[] = {
     {"limits.max-connections-per-user", same<&C::max_connections_per_user>},
     {"limits.max-subscriptions-per-connection", same<&C::max_subscriptions_per_connection>},
     {"limits.max-consumer-window", same<&C::max_consumer_window>},
+    {"limits.max-groups-per-queue", same<&C::max_groups_per_queue>},
     {"limits.max-branches-per-connection", same<&C::max_branches_per_connection>},
     {"limits.max-branches-per-user", same<&C::max_branches_per_user>},
     {"limits.max-prepared-branches-per-user", same<&C::max_prepared_branches_per_user>},

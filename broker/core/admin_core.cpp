@@ -128,8 +128,23 @@ class broker::impl::core_admin final : public admin_core {
     const bool exclusive = m_.exclusive_queue(*q);
     for (const subscription* sub : q->consumers())
       out.push_back({sub->owner ? sub->owner->id : 0, sub->id, ack_name(sub->mode), sub->unacked.size(),
-                     sub->priority, sub->exclusive, !exclusive || m_.exclusive_owner_of(*q) == sub});
+                     sub->priority, sub->exclusive, !exclusive || m_.exclusive_owner_of(*q) == sub, 0, {}});
+    for (const auto& [group, holder] : q->groups.owner)
+      for (std::size_t i = 0; i < out.size(); ++i)
+        if (q->consumers()[i] == holder) {
+          consumer_view& v = out[i];
+          if (v.groups++ < consumer_view::kMaxGroupsShown)
+            v.group_ids.push_back(group[0] == '\x01' ? "(bucket " + group.substr(8) + ")" : group);
+        }
     return out;
+  }
+
+  std::optional<std::size_t> reset_groups(std::uint32_t queue_id, const std::optional<std::string>& group) override {
+    queue_ptr q = m_.find_by_id(queue_id);
+    if (!q) return std::nullopt;
+    std::size_t n = m_.reset_groups(*q, group);
+    m_.dispatch(q);
+    return n;
   }
 
   bool is_held(std::uint32_t queue_id, const storage::entry_key& key) const override {

@@ -486,6 +486,19 @@ struct broker::impl {
   // asked for it. exclusive_owner_of: its owner, or the consumer that becomes it with the next
   // message handed out.
   bool exclusive_queue(queue& q);
+  bool has_room_for(const subscription& s) const;  // for one more message now
+  // Message groups (groups.cpp; docs/stomp.md, "Message groups").
+  static constexpr std::size_t kGroupLookahead = 1024;  // messages a pass looks past a full group's
+  const std::string* group_of(const message& m);  // its JMSXGroupID (or _AMQ_GROUP_ID), or null
+  // The slot `group` is held under in q: itself, or a bucket once q holds max-groups-per-queue.
+  std::string group_slot(queue& q, const std::string& group);
+  // The consumer that gets a message of `group` now: its holder if it has room (else null: the
+  // message waits), or for a group nobody holds the one consumer_with_room picks, which holds it
+  // from now on (`held`: it was held already).
+  subscription* group_target(queue& q, const std::string& group, std::size_t& index, bool& exclusive, bool& held);
+  void after_group_message(queue& q, const std::string& group, const message& m);  // JMSXGroupSeq -1
+  void forget_groups(queue& q, const subscription& s);  // s left: its groups move
+  std::size_t reset_groups(queue& q, const std::optional<std::string>& group);  // an operator's reset
   subscription* exclusive_owner_of(queue& q);
   void hand_out(const queue_ptr& q, subscription& chosen, queue_entry e, dispatch_writes& w);
   void submit_auto_acks(const queue_ptr& q, storage::batch b, std::vector<storage::entry_key> keys);

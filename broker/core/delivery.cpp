@@ -93,6 +93,10 @@ bool has_room(const subscription& s, std::size_t max_pending, std::uint64_t max_
 }
 }  // namespace
 
+bool broker::impl::has_room_for(const subscription& s) const {
+  return has_room(s, config.max_pending_bytes, config.max_consumer_window_bytes);
+}
+
 bool broker::impl::exclusive_queue(queue& q) {
   return q.exclusive_consumers != 0 || settings_for(q.address()).exclusive;
 }
@@ -111,9 +115,7 @@ subscription* broker::impl::exclusive_owner_of(queue& q) {
 subscription* broker::impl::consumer_with_room(queue& q, std::size_t& index, bool& exclusive) {
   auto& consumers = q.consumers();
   const std::size_t n = consumers.size();
-  auto room = [this](const subscription& s) {
-    return has_room(s, config.max_pending_bytes, config.max_consumer_window_bytes);
-  };
+  auto room = [this](const subscription& s) { return has_room_for(s); };
   exclusive = exclusive_queue(q);
   if (exclusive) {
     // One consumer receives; the others wait for it to leave, even when it has no room.
@@ -169,6 +171,8 @@ void broker::impl::hand_out(const queue_ptr& q, subscription& chosen, queue_entr
 void broker::impl::dispatch(const queue_ptr& q) {
   dispatch_writes w;
   std::uint64_t now = now_ms();
+  // Messages of groups whose consumer is full (groups.cpp): put back in their place after the pass.
+  std::vector<queue_entry> aside;
   while (!q->consumers().empty()) {
     std::size_t chosen_index = 0;
     bool exclusive = false;
@@ -189,11 +193,28 @@ void broker::impl::dispatch(const queue_ptr& q) {
       plan_move(q, std::move(e), move_reason::max_delivery_attempts, w.moves, w.plans);
       continue;
     }
+    // A grouped message goes to its group's consumer (an exclusive queue's owner takes them all).
+    const std::string* group = exclusive ? nullptr : group_of(*e.msg);
+    bool held = false;
+    if (group) {
+      chosen = group_target(*q, *group, chosen_index, exclusive, held);
+      if (!chosen) {
+        aside.push_back(std::move(e));
+        if (aside.size() >= kGroupLookahead) break;
+        continue;
+      }
+      after_group_message(*q, *group, *e.msg);
+    }
     // The turn passes only when a message was handed out, so round robin is fair to consumers
-    // that were skipped when the queue ran dry.
-    q->next_consumer() = chosen_index + 1;
+    // that were skipped when the queue ran dry; a held group's message does not take a turn, so
+    // new groups spread evenly whatever the old ones carry.
+    if (!held) q->next_consumer() = chosen_index + 1;
     if (exclusive) q->exclusive_owner = chosen;  // it receives alone until it leaves
     hand_out(q, *chosen, std::move(e), w);
+  }
+  for (auto& e : aside) {
+    q->release_hold(e.key);
+    q->push(std::move(e));
   }
   if (!w.auto_acks.empty()) submit_auto_acks(q, std::move(w.auto_acks), std::move(w.auto_acked));
   if (!w.counts.empty()) submit_delivery_counts(std::move(w.counts), std::move(w.after_counts));

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "address_limits_part.h"
+#include "groups_part.h"
 #include "last_values_part.h"
 #include "queue_entry.h"
 #include "escrow/broker/core/metrics.h"
@@ -148,6 +149,7 @@ class queue {
   queue_counters counters;
   queue_room room;  // what its limits see besides its depth (address_limits_part.h)
   last_value_index last_values;  // a last-value queue's newest entry per key (last_values_part.h)
+  group_index groups;            // which consumer holds each message group (groups_part.h)
 
   // Consumers attached to this queue, highest priority first (in the order they came within one
   // priority), served round robin within the highest priority that has room.

@@ -228,6 +228,7 @@ void broker::impl::detach(subscription& s, storage::batch& b) {
   std::erase(consumers, &s);
   s.source->exclusive_consumers -= s.exclusive;
   if (s.source->exclusive_owner == &s) s.source->exclusive_owner = nullptr;  // the next one takes over
+  forget_groups(*s.source, s);  // its groups go to whoever gets their next message
   if (s.source->type() == queue::kind::subscription) {
     // A non-durable subscription's queue lives and dies with its only consumer.
     auto t = topology.topics.find(s.source->topic());

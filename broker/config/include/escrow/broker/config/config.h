@@ -96,6 +96,7 @@ struct broker_config {
   std::uint32_t max_connections_per_user = 1000;    // open at once by one user (anonymous counts as one)
   std::uint32_t max_subscriptions_per_connection = 1000;
   std::uint32_t max_consumer_window = 10000;        // most unacknowledged messages a consumer may ask for
+  std::uint32_t max_groups_per_queue = 65536;       // message groups a queue holds on their own (then buckets)
   std::uint32_t max_branches_per_connection = 100;  // local transactions and XA branches not yet prepared
   // Per user (docs/security.md, "Tenants"; anonymous counts as one user).
   std::uint32_t max_branches_per_user = 1000;           // open: begun or started, not yet prepared or finished

@@ -80,6 +80,9 @@ struct consumer_view {
   std::int32_t priority = 0;  // activemq.priority / x-priority
   bool exclusive = false;     // it asked for activemq.exclusive
   bool receiving = true;      // false when an exclusive consumer other than it receives
+  std::size_t groups = 0;             // message groups it holds
+  std::vector<std::string> group_ids;  // the first kMaxGroupsShown of them
+  static constexpr std::size_t kMaxGroupsShown = 100;
 };
 
 struct connection_view {
@@ -170,6 +173,9 @@ class admin_core {
   // Whether the queue's entry `key` is held (in flight, in a branch, waiting out a redelivery
   // delay, being moved).
   virtual bool is_held(std::uint32_t queue_id, const storage::entry_key& key) const = 0;
+  // Releases the queue's message groups (all, or one): their next messages go to whichever
+  // consumer the usual rule picks. How many were released; nullopt when the queue is gone.
+  virtual std::optional<std::size_t> reset_groups(std::uint32_t queue_id, const std::optional<std::string>& group) = 0;
   virtual const address_settings& settings_for(const std::string& address) = 0;
   // The durable subscriptions `name` of client-id `client`: the one of `*user`, or with no user
   // given, those of every user.
