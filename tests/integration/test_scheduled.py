@@ -692,6 +692,33 @@ def test_a_due_pass_the_store_refuses_leaves_the_message_scheduled_until_a_pass_
     assert check_counts(b.data_dir)["scheduled"] == 0
 
 
+@pytest.mark.parametrize("action", ["deliver", "delete"])
+def test_an_operators_deliver_or_delete_the_store_refuses_changes_nothing(broker_factory, stomp_client, action):
+    # Commit 1: the start-up queues; 2: the SEND; 3: the operator's batch (refused); 4: the retry.
+    b = faulty_broker(broker_factory, stomp_client, "commit:3:map_full")
+    q = queue("oprefused")
+    name = q.removeprefix("/queue/")
+    p = stomp_client(b)
+    due = now_ms() + 3_600_000
+    p.send(q, "later", headers={"_AMQ_SCHED_DELIVERY": str(due)})
+    (m,) = scheduled_list(b, name)["messages"]
+    a = stomp_client(b)
+    status, message, _ = admin_answer(a, "scheduled", name=name, action=action, id=str(m["message_id"]))
+    assert status == "refused" and f"the store refused to {action} the scheduled messages of {name}" in message, \
+        (status, message)
+    assert [x["body"] for x in scheduled_list(b, name)["messages"]] == ["later"]  # as it was
+    assert queue_row(b, name)["scheduled"] == 1 and queue_row(b, name)["depth"] == 0
+    # Taken up again, it goes through: nothing of the refused attempt is left holding it.
+    status, message, answer = admin_answer(a, "scheduled", name=name, action=action, id=str(m["message_id"]))
+    assert status == "ok", (status, message)
+    assert scheduled_list(b, name)["scheduled"] == 0
+    assert [f.body for f in consume_all(b, q)] == (["later"] if action == "deliver" else [])
+    a.close()
+    p.close()
+    b.kill9()
+    assert check_counts(b.data_dir)["scheduled"] == 0
+
+
 # --------------------------------------------------------------------------------------------
 # 10. Non-persistent scheduled messages: delivered after their time, gone after a restart
 # --------------------------------------------------------------------------------------------
