@@ -176,7 +176,8 @@ admin_outcome admin_connections(const admin_core& core, const frame& f) {
                    {"subscriptions", c.subscriptions},
                    {"in_flight", c.in_flight},
                    {"transactions", c.transactions},
-                   {"xa_branch", c.xa_branch}};
+                   {"xa_branch", c.xa_branch},
+                   {"blocked_on", c.blocked_on}};
     if (!page.add(0, std::move(j), std::to_string(c.id))) {
       more = true;
       return false;

@@ -190,6 +190,8 @@ class broker::impl::core_admin final : public admin_core {
       for (const auto& [sid, sub] : c->subscriptions) v.in_flight += sub->unacked.size();
       v.transactions = c->transactions.size();
       if (rm::branch_ptr xa = m_.transactions.rm.associated_branch(id)) v.xa_branch = xa->id.to_string();
+      if (c->parked)
+        if (queue_ptr q = m_.find_by_id(c->parked->queue_id)) v.blocked_on = q->name();
       if (!each(v)) return;
     }
   }

@@ -792,3 +792,79 @@ def test_block_refuses_a_send_that_would_wait_for_its_own_connections_acknowledg
     # Its deliveries came back with the closed connection; another connection drains them.
     assert sorted(stored_bodies(b, stomp_client, q)) == ["m0", "m1"]
     b.kill9()
+
+
+def blocked_on(b, stomp_client):
+    """Each connection's queue its SEND waits for room in (ADMIN connections), by connection id."""
+    a = stomp_client(b)
+    try:
+        return {c["id"]: c["blocked_on"] for c in admin(a, "connections")["connections"]}
+    finally:
+        a.close()
+
+
+def wait_blocked(b, stomp_client, expected):
+    """Waits until the connections named in `expected` (id -> queue) wait there."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        now = blocked_on(b, stomp_client)
+        if all(now.get(i) == q for i, q in expected.items()):
+            return
+        assert time.monotonic() < deadline, (now, expected)
+        time.sleep(0.02)
+
+
+def test_block_keeps_first_come_first_served_across_a_topics_subscriptions(broker_factory, stomp_client):
+    """Two producers wait on one subscription; when it has room the first goes on to wait on the
+    other subscription (still full), and the second, taken up after it, queues behind it there
+    instead of passing it. Once that one has room, the first is stored first."""
+    topic = name("tblk")
+    b = broker_factory(config=config(limit("tblk.#", max_size_messages=1, address_full_policy="BLOCK")))
+    subs = []
+    for i in range(2):
+        d = stomp_client(b, headers={"client-id": f"{topic}-c{i}"})
+        d.subscribe(f"/topic/{topic}", id=f"s{i}", headers={"durable-subscription-name": "s"})
+        d.close()
+        subs.append(f"{topic}-c{i}.s")
+    fill(b, stomp_client, f"/topic/{topic}", ["t0"])  # both full
+    producers, ids = [], []
+    for body in ("p1", "p2"):
+        s = RawStomp(b.port)
+        s.connect()
+        s.send(frame_bytes("SEND", [("destination", f"/topic/{topic}"), ("receipt", body)], body.encode()))
+        producers.append(s)
+        deadline = time.monotonic() + TIMEOUT
+        while len(waiting := [i for i, q in blocked_on(b, stomp_client).items() if q]) < len(producers):
+            assert time.monotonic() < deadline, "the SEND did not wait"
+            time.sleep(0.02)
+        ids.append(next(i for i in waiting if i not in ids))
+    p1_id, p2_id = ids
+    # The first waits on one subscription (whichever routing meets first); the second behind it.
+    first = blocked_on(b, stomp_client)[p1_id]
+    wait_blocked(b, stomp_client, {p2_id: first})
+    order = [subs.index(first), 1 - subs.index(first)]
+    second = subs[order[1]]
+
+    def take_one(i):
+        d = stomp_client(b, headers={"client-id": f"{topic}-c{i}"})
+        sub = d.subscribe(f"/topic/{topic}", id=f"s{i}", ack="client-individual",
+                          headers={"durable-subscription-name": "s", "prefetch-count": "1"})
+        (m,) = d.wait_messages(1, subscription=sub)
+        d.ack(m, receipt=True)
+        d.close()
+        return m.body
+
+    assert take_one(order[0]) == "t0"
+    wait_blocked(b, stomp_client, {p1_id: second, p2_id: second})
+    assert take_one(order[1]) == "t0"
+    f = producers[0].read_frame()
+    assert (f.command, f.headers.get("receipt-id")) == ("RECEIPT", "p1"), f
+    assert [stored_bodies(b, stomp_client, s) for s in subs] == [["p1"], ["p1"]]
+    assert blocked_on(b, stomp_client)[p2_id] in subs  # still waiting, behind p1
+    assert take_one(0) == "p1" and take_one(1) == "p1"
+    f = producers[1].read_frame()
+    assert (f.command, f.headers.get("receipt-id")) == ("RECEIPT", "p2"), f
+    assert [stored_bodies(b, stomp_client, s) for s in subs] == [["p2"], ["p2"]]
+    for s in producers:
+        s.close()
+    b.kill9()

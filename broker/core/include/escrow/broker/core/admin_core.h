@@ -90,6 +90,7 @@ struct connection_view {
   std::string peer, user, login, client_id, version;
   std::size_t subscriptions = 0, in_flight = 0, transactions = 0;
   std::string xa_branch;  // the xid of the XA branch it is associated with; "" none
+  std::string blocked_on;  // the queue its SEND waits for room in (address-full-policy BLOCK); "" none
 };
 
 struct subscription_view {
