@@ -71,6 +71,17 @@ std::vector<std::pair<std::uint64_t, const connection*>> by_id(
 
 }  // namespace
 
+namespace {
+// A group slot (groups.cpp) as operators read it: the group id, "(bucket N)", or for a long id its
+// first 64 bytes and "...".
+std::string group_label(const std::string& slot) {
+  if (slot.empty()) return slot;
+  if (slot[0] == 'b') return "(bucket " + slot.substr(1) + ")";
+  if (slot[0] == 'h') return slot.substr(slot.find(':') + 1) + "...";
+  return slot.substr(1);
+}
+}  // namespace
+
 class broker::impl::core_admin final : public admin_core {
  public:
   explicit core_admin(broker::impl& m) : m_(m) {}
@@ -134,7 +145,7 @@ class broker::impl::core_admin final : public admin_core {
         if (q->consumers()[i] == holder) {
           consumer_view& v = out[i];
           if (v.groups++ < consumer_view::kMaxGroupsShown)
-            v.group_ids.push_back(group[0] == '\x01' ? "(bucket " + group.substr(8) + ")" : group);
+            v.group_ids.push_back(group_label(group));
         }
     return out;
   }

@@ -503,9 +503,15 @@ void broker::on_closed(std::uint64_t id) {
     m->submit_deferred_acks();  // a graceful stop waits for connections to close, not for the timer
     // Open local transactions roll back; XA branches the connection was associated with become
     // rollback-only; idle and prepared branches stay for the transaction manager.
+    // A queue its open transactions consumed from is offered again once their rollback gives those
+    // messages back (apply_rollback), so that nothing newer overtakes them.
+    std::vector<std::uint32_t> rolling_back;
+    for (const auto& [name, branch] : c->transactions)
+      for (const auto& consumed : branch->work.consumed) rolling_back.push_back(consumed.key.queue_id);
     m->roll_back_locals(*c);
     m->transactions.rm.connection_closed(id);
-    for (auto& q : touched) m->dispatch(q);
+    for (auto& q : touched)
+      if (std::find(rolling_back.begin(), rolling_back.end(), q->id()) == rolling_back.end()) m->dispatch(q);
     m->flush();
   });
 }

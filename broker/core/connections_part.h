@@ -7,8 +7,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -44,6 +46,11 @@ struct subscription {
   // queue receives at a time.
   std::int32_t priority = 0;
   bool exclusive = false;
+  std::uint64_t served = 0;  // its queue's served_turns when it last took a turn (round robin)
+  // persist-delivery-count-before-delivery: deliveries not written yet, in tag order, and those of
+  // them whose raised delivery count is still being stored (delivery.cpp, write_unwritten).
+  std::deque<std::uint64_t> unwritten;
+  std::set<std::uint64_t> awaiting_count;
 
   using unacked_iterator = std::map<std::uint64_t, delivery>::iterator;
   void add_unacked(std::uint64_t tag, delivery d) {

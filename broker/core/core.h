@@ -489,6 +489,7 @@ struct broker::impl {
   bool has_room_for(const subscription& s) const;  // for one more message now
   // Message groups (groups.cpp; docs/stomp.md, "Message groups").
   static constexpr std::size_t kGroupLookahead = 1024;  // messages a pass looks past a full group's
+  static constexpr std::size_t kMaxGroupIdKept = 256;   // a longer group id is held by its hash
   const std::string* group_of(const message& m);  // its JMSXGroupID (or _AMQ_GROUP_ID), or null
   // The slot `group` is held under in q: itself, or a bucket once q holds max-groups-per-queue.
   std::string group_slot(queue& q, const std::string& group);
@@ -504,13 +505,18 @@ struct broker::impl {
   void submit_auto_acks(const queue_ptr& q, storage::batch b, std::vector<storage::entry_key> keys);
   void submit_delivery_counts(storage::batch b, std::vector<std::pair<std::uint64_t, std::uint64_t>> deliveries);
   bool load_message(queue_entry& e);
+  // persist-delivery-count-before-delivery: writes s's deliveries in order, up to the first whose
+  // raised count is not stored yet.
+  void write_unwritten(connection& c, subscription& s);
   // Returns a delivery to its queue for redelivery (delivery count raised, persisted in `b` when
   // stored), then offer_again().
-  void requeue(delivery d, storage::batch& b);
-  void requeue(const queue_ptr& q, queue_entry e, storage::batch& b);
+  // `at_once`: without the redelivery delay (a leaving consumer's messages of an exclusive queue or
+  // of a group, which must come back before anything newer goes to the next one).
+  void requeue(delivery d, storage::batch& b, bool at_once = false);
+  void requeue(const queue_ptr& q, queue_entry e, storage::batch& b, bool at_once = false);
   // A held entry whose (raised, already persisted) delivery count ended a delivery: dead-letters
   // it after max-delivery-attempts, else makes it ready again now or after the redelivery delay.
-  void offer_again(const queue_ptr& q, queue_entry e);
+  void offer_again(const queue_ptr& q, queue_entry e, bool at_once = false);
   void detach(subscription& s, storage::batch& b);
 
   // Undelivered messages (undelivered.cpp): address settings, expiry, redelivery, dead letters.

@@ -55,12 +55,14 @@ bool broker::impl::load_message(queue_entry& e) {
   return true;
 }
 
-void broker::impl::requeue(delivery d, storage::batch& b) { requeue(d.source, std::move(d.entry), b); }
+void broker::impl::requeue(delivery d, storage::batch& b, bool at_once) {
+  requeue(d.source, std::move(d.entry), b, at_once);
+}
 
-void broker::impl::requeue(const queue_ptr& q, queue_entry e, storage::batch& b) {
+void broker::impl::requeue(const queue_ptr& q, queue_entry e, storage::batch& b, bool at_once) {
   ++e.delivery_count;
   if (e.stored) b.set_delivery_count(e.key.encode(), e.delivery_count);
-  offer_again(q, std::move(e));
+  offer_again(q, std::move(e), at_once);
 }
 
 // The MESSAGE frame, written straight into the connection's outbox (the body is copied once).
@@ -124,16 +126,15 @@ subscription* broker::impl::consumer_with_room(queue& q, std::size_t& index, boo
     index = static_cast<std::size_t>(std::find(consumers.begin(), consumers.end(), owner) - consumers.begin());
     return owner;
   }
-  // By priority, highest first; round robin within one priority, from where the last turn ended.
+  // By priority, highest first; within one priority the one with room served longest ago (round
+  // robin, whatever consumers come and go, and each priority on its own).
   for (std::size_t first = 0; first < n;) {
-    std::size_t end = first + 1;
-    while (end < n && consumers[end]->priority == consumers[first]->priority) ++end;
-    const std::size_t len = end - first;
-    const std::size_t next = q.next_consumer();
-    const std::size_t start = next >= first && next < end ? next - first : 0;
-    for (std::size_t i = 0; i < len; ++i) {
-      index = first + (start + i) % len;
-      if (room(*consumers[index])) return consumers[index];
+    std::size_t end = first, best = n;
+    for (; end < n && consumers[end]->priority == consumers[first]->priority; ++end)
+      if ((best == n || consumers[end]->served < consumers[best]->served) && room(*consumers[end])) best = end;
+    if (best != n) {
+      index = best;
+      return consumers[best];
     }
     first = end;
   }
@@ -161,6 +162,12 @@ void broker::impl::hand_out(const queue_ptr& q, subscription& chosen, queue_entr
     // The count this delivery will have if it fails is durable before the consumer sees it.
     w.counts.set_delivery_count(e.key.encode(), e.delivery_count + 1);
     w.after_counts.emplace_back(c.id, tag);
+    chosen.awaiting_count.insert(tag);
+    chosen.unwritten.push_back(tag);
+  } else if (!chosen.unwritten.empty()) {
+    // Behind deliveries whose counts are being stored: written after them, in order (a client's
+    // cumulative ACK covers only what it was sent).
+    chosen.unwritten.push_back(tag);
   } else {
     write_message(c, chosen, tag, e);
   }
@@ -208,7 +215,7 @@ void broker::impl::dispatch(const queue_ptr& q) {
     // The turn passes only when a message was handed out, so round robin is fair to consumers
     // that were skipped when the queue ran dry; a held group's message does not take a turn, so
     // new groups spread evenly whatever the old ones carry.
-    if (!held) q->next_consumer() = chosen_index + 1;
+    if (!held) chosen->served = ++q->served_turns;
     if (exclusive) q->exclusive_owner = chosen;  // it receives alone until it leaves
     hand_out(q, *chosen, std::move(e), w);
   }
@@ -247,20 +254,28 @@ void broker::impl::submit_delivery_counts(storage::batch b,
       auto owner = c->second->tag_owner.find(tag);
       if (owner == c->second->tag_owner.end()) continue;
       subscription& sub = *owner->second;
+      sub.awaiting_count.erase(tag);
       auto d = sub.unacked.find(tag);
-      if (d == sub.unacked.end()) continue;
-      if (stored) {
-        write_message(*c->second, sub, tag, d->second.entry);
-        continue;
+      if (d != sub.unacked.end() && !stored) {
+        delivery back = std::move(d->second);
+        sub.erase_unacked(d, std::next(d));
+        c->second->tag_owner.erase(owner);
+        --back.source->counters.delivered;
+        delay_redelivery(back.source, std::move(back.entry), kRefusedCountRetryMs);
       }
-      delivery back = std::move(d->second);
-      sub.erase_unacked(d, std::next(d));
-      c->second->tag_owner.erase(owner);
-      --back.source->counters.delivered;
-      delay_redelivery(back.source, std::move(back.entry), kRefusedCountRetryMs);
+      write_unwritten(*c->second, sub);
     }
     if (!stored) spdlog::warn("deliveries stopped: their raised delivery counts were not stored: {}", s.message());
   });
+}
+
+void broker::impl::write_unwritten(connection& c, subscription& s) {
+  while (!s.unwritten.empty() && !s.awaiting_count.count(s.unwritten.front())) {
+    std::uint64_t tag = s.unwritten.front();
+    s.unwritten.pop_front();
+    // (One returned or acknowledged meanwhile is not written.)
+    if (auto d = s.unacked.find(tag); d != s.unacked.end()) write_message(c, s, tag, d->second.entry);
+  }
 }
 
 subscription* broker::impl::acked_subscription(const connection_ptr& c, const frame& f, std::uint64_t& tag) {

@@ -29,14 +29,19 @@ const std::string* broker::impl::group_of(const message& m) {
 std::string broker::impl::group_slot(queue& q, const std::string& group) {
   group_index& gi = q.groups;
   if (gi.owner.empty()) gi.bucketed = false;
-  if (gi.owner.count(group)) return group;
-  if (!gi.bucketed && gi.owner.size() < config.max_groups_per_queue) return group;
+  // Slots never collide with a client's text: "g" + the id (a long id by its hash, so that memory
+  // is bounded by the count of groups, not their ids' length), or "b" + a bucket number.
+  std::string own = group.size() <= kMaxGroupIdKept
+                        ? "g" + group
+                        : "h" + std::to_string(std::hash<std::string>{}(group)) + ":" + group.substr(0, 64);
+  if (gi.owner.count(own)) return own;
+  if (!gi.bucketed && gi.owner.size() < config.max_groups_per_queue) return own;
   if (!gi.bucketed)
     spdlog::warn("{} '{}' holds {} message groups (limits.max-groups-per-queue): new groups share {} buckets until "
                  "its groups are released",
                  queue::kind_name(q.type()), q.name(), gi.owner.size(), config.max_groups_per_queue);
   gi.bucketed = true;
-  return "\x01" "bucket " + std::to_string(std::hash<std::string>{}(group) % config.max_groups_per_queue);
+  return "b" + std::to_string(std::hash<std::string>{}(group) % config.max_groups_per_queue);
 }
 
 subscription* broker::impl::group_target(queue& q, const std::string& group, std::size_t& index, bool& exclusive,
@@ -61,7 +66,10 @@ void broker::impl::after_group_message(queue& q, const std::string& group, const
   // JMSXGroupSeq -1 (Artemis's _AMQ_GROUP_SEQUENCE -1) closes the group once it is handed out.
   const std::string* seq = header_of(m, "JMSXGroupSeq");
   if (!seq) seq = header_of(m, "_AMQ_GROUP_SEQUENCE");
-  if (seq && *seq == "-1" && !q.groups.bucketed) q.groups.owner.erase(group);
+  if (seq && *seq == "-1") {
+    std::string slot = group_slot(q, group);
+    if (slot[0] != 'b') q.groups.owner.erase(slot);  // a bucket holds other groups too
+  }
 }
 
 void broker::impl::forget_groups(queue& q, const subscription& s) {
@@ -74,7 +82,7 @@ std::size_t broker::impl::reset_groups(queue& q, const std::optional<std::string
     q.groups.owner.clear();
     return n;
   }
-  return q.groups.owner.erase(*group);
+  return q.groups.owner.erase(group_slot(q, *group));
 }
 
 }  // namespace escrow::broker

@@ -16,7 +16,7 @@ namespace escrow::broker {
 struct subscription;
 
 struct group_index {
-  std::unordered_map<std::string, subscription*> owner;  // by group (or "\x01bucket N")
+  std::unordered_map<std::string, subscription*> owner;  // by slot: "g"+id, "h"+hash of a long id, "b"+bucket
   bool bucketed = false;  // it reached the limit: new groups go to buckets until `owner` is empty
 };
 

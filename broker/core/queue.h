@@ -152,10 +152,11 @@ class queue {
   group_index groups;            // which consumer holds each message group (groups_part.h)
 
   // Consumers attached to this queue, highest priority first (in the order they came within one
-  // priority), served round robin within the highest priority that has room.
+  // priority), served round robin (least recently served first) within the highest priority that
+  // has room.
   std::vector<subscription*>& consumers() { return consumers_; }
   const std::vector<subscription*>& consumers() const { return consumers_; }
-  std::size_t& next_consumer() { return next_consumer_; }
+  std::uint64_t served_turns = 0;  // handed-out turns so far (subscription::served: the last one's)
   // Exclusive consumers (docs/stomp.md, "Exclusive consumers"): how many of its consumers asked
   // for it, and the one that receives while the queue is exclusive (null until chosen; it stays
   // until it leaves).
@@ -191,7 +192,6 @@ class queue {
   std::optional<storage::entry_key> bound_;
 
   std::vector<subscription*> consumers_;
-  std::size_t next_consumer_ = 0;
 };
 
 using queue_ptr = std::shared_ptr<queue>;

@@ -219,9 +219,13 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
 }
 
 void broker::impl::detach(subscription& s, storage::batch& b) {
+  // An exclusive queue's or a group's messages come back to the queue at once, before the next
+  // owner or holder gets anything newer: order is what they are for.
+  const bool exclusive = exclusive_queue(*s.source);
   for (auto& [tag, d] : s.unacked) {
     s.owner->tag_owner.erase(tag);
-    requeue(std::move(d), b);
+    const bool at_once = exclusive || (d.entry.msg && group_of(*d.entry.msg));
+    requeue(std::move(d), b, at_once);
   }
   s.clear_unacked();
   auto& consumers = s.source->consumers();

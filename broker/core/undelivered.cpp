@@ -178,7 +178,7 @@ void broker::impl::submit_moves(storage::batch b, std::vector<move_plan> plans,
   });
 }
 
-void broker::impl::offer_again(const queue_ptr& q, queue_entry e) {
+void broker::impl::offer_again(const queue_ptr& q, queue_entry e, bool at_once) {
   if (dead_letter_due(q, e) && load_message(e)) {
     storage::batch b;
     std::vector<move_plan> plans;
@@ -189,7 +189,7 @@ void broker::impl::offer_again(const queue_ptr& q, queue_entry e) {
   const address_settings& s = settings_for(q->address());
   double spread = 0.0;
   if (s.collision_avoidance_factor > 0) spread = std::uniform_real_distribution<double>(-1.0, 1.0)(random);
-  if (std::uint64_t delay = s.redelivery_delay_for(e.delivery_count, spread); delay > 0)
+  if (std::uint64_t delay = at_once ? 0 : s.redelivery_delay_for(e.delivery_count, spread); delay > 0)
     return delay_redelivery(q, std::move(e), delay);
   q->release_hold(e.key);
   q->push(std::move(e));

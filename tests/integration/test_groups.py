@@ -6,10 +6,13 @@ go on; when the consumer leaves, its unacknowledged messages come back first and
 JMSXGroupSeq -1 closes a group; an operator sees and resets who holds what. Through NACK,
 transactions and a restart. Each test ends with `escrow check` (kill9 runs it)."""
 
+import time
+
 import pytest
 
 from conftest import new_xid, unique
-from test_address_limits import config, name, ok, show
+from conftest import RawStomp, frame_bytes
+from test_address_limits import config, limit, name, ok, show
 from test_failure_paths import admin
 
 
@@ -79,15 +82,23 @@ def test_a_full_groups_message_waits_while_other_groups_behind_it_go_on(broker_f
     b.kill9()
 
 
-def test_when_the_holder_leaves_its_messages_come_back_first_and_the_group_moves(broker_factory, stomp_client):
-    b = broker_factory(config=config())
-    dest = f"/queue/{name('grp')}"
+@pytest.mark.parametrize("delay", [0, 30000])
+def test_when_the_holder_leaves_its_messages_come_back_first_and_the_group_moves(broker_factory, stomp_client,
+                                                                                delay):
+    """With a redelivery delay too: a leaving holder's messages come back at once, not after it."""
+    b = broker_factory(config=config(limit("grp.#", redelivery_delay=delay)))
+    q = name("grp")
+    dest = f"/queue/{q}"
     c1, s1 = consumer(b, stomp_client, dest)
     c2, s2 = consumer(b, stomp_client, dest)
     send(b, stomp_client, dest, [("A", "a0"), ("B", "b0"), ("A", "a1")])
     assert bodies(c1, 2, s1) == ["a0", "a1"]
     assert bodies(c2, 1, s2) == ["b0"]
     c1.close()  # a0 and a1 unacknowledged
+    deadline = time.monotonic() + 15
+    while show(b, stomp_client, q)["consumers"] != 1:  # its close is handled: a2 comes after
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
     send(b, stomp_client, dest, [("A", "a2")])
     got = c2.wait_messages(4, subscription=s2)[1:]
     assert [m.body for m in got] == ["a0", "a1", "a2"]
@@ -202,4 +213,45 @@ def test_beyond_max_groups_per_queue_new_groups_share_buckets_and_stay_together(
     b.wait_log("holds 2 message groups (limits.max-groups-per-queue): new groups share 2 buckets")
     c1.close()
     c2.close()
+    b.kill9()
+
+
+def test_a_group_id_of_any_bytes_is_shown_and_held_apart_from_the_buckets(broker_factory, stomp_client):
+    """Ids that look like the broker's own slots, and one longer than 256 bytes (held by its hash)."""
+    b = broker_factory(config=config())
+    q = name("grp")
+    dest = f"/queue/{q}"
+    c1, s1 = consumer(b, stomp_client, dest)
+    long_id = "L" * 1000
+    s = RawStomp(b.port)
+    s.connect()
+    for i, g in enumerate(["\x01", "\x01bucket 3", "b3", long_id]):
+        s.send(frame_bytes("SEND", [("destination", dest), ("JMSXGroupID", g), ("receipt", str(i))], b"x"))
+        assert s.read_frame().command == "RECEIPT"
+    s.close()
+    bodies(c1, 4, s1)
+    (ids,) = groups_of(b, stomp_client, q).values()
+    assert sorted(ids) == sorted(["\x01", "\x01bucket 3", "b3", "L" * 64 + "..."])
+    a = stomp_client(b)
+    assert admin(a, "group-reset", name=q, group=long_id)["released"] == 1
+    a.close()
+    c1.close()
+    b.kill9()
+
+
+def test_with_delivery_counts_stored_first_mixed_messages_reach_the_consumer_in_order(broker_factory,
+                                                                                     stomp_client):
+    """persist-delivery-count-before-delivery: a non-persistent message behind a persistent one
+    whose count is being stored waits for it, so a cumulative ACK covers only what was sent."""
+    b = broker_factory(config=config(head="[delivery]\npersist-delivery-count-before-delivery = true\n"))
+    q = name("grp")
+    dest = f"/queue/{q}"
+    c = stomp_client(b)
+    sub = c.subscribe(dest, ack="client", headers={"prefetch-count": "100"})
+    send(b, stomp_client, dest, [(None, f"m{i}", {"persistent": "false"} if i % 2 else {}) for i in range(10)])
+    got = c.wait_messages(10, subscription=sub)
+    assert [m.body for m in got] == [f"m{i}" for i in range(10)]
+    c.ack(got[-1], receipt=True)
+    assert show(b, stomp_client, q)["depth"] == 0
+    c.close()
     b.kill9()
