@@ -80,6 +80,27 @@ def stored_bodies(broker, stomp_client, queue_name):
     return [body for body, _ in stored(broker, stomp_client, queue_name)]
 
 
+def durable_subscriptions_of(broker, stomp_client, topic, n):
+    """n durable subscriptions "s" of /topic/`topic`, by clients TOPIC-c0 ... (their consumers gone):
+    their names as escrow shows them."""
+    names = []
+    for i in range(n):
+        d = stomp_client(broker, headers={"client-id": f"{topic}-c{i}"})
+        d.subscribe(f"/topic/{topic}", id=f"s{i}", headers={"durable-subscription-name": "s"})
+        d.close()
+        names.append(f"{topic}-c{i}.s")
+    return names
+
+
+def bad_setting_stops_the_broker(tmp_path, key, value, needle):
+    """escrowd refuses an [[address-settings]] table with `key = value`, naming file, line and key."""
+    path = tmp_path / "bad.toml"
+    path.write_text(f'[[address-settings]]\nmatch = "#"\n{key} = {value}\n')
+    r = run_escrowd(["--config", str(path), "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d")], tmp_path)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert f"{path}:3: address-settings[1].{key} {needle}" in r.stderr, r.stderr
+
+
 def full(queue_name, why, policy="FAIL", kind="queue"):
     return f"{kind} '{queue_name}' is full: {why} (address-full-policy {policy}); consume messages or raise the limit"
 
@@ -146,11 +167,7 @@ def ok(c, verb, xid=None, flags=None, **headers):
     ("dead-letter-on-drop", "1", "must be true or false"),
 ], ids=["negative-messages", "text-messages", "float-bytes", "zero-ring", "paging", "int-bool"])
 def test_bad_limits_stop_the_broker_naming_file_line_and_key(tmp_path, key, value, needle):
-    path = tmp_path / "bad.toml"
-    path.write_text(f'[[address-settings]]\nmatch = "#"\n{key} = {value}\n')
-    r = run_escrowd(["--config", str(path), "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d")], tmp_path)
-    assert r.returncode == 2, (r.returncode, r.stderr)
-    assert f"{path}:3: address-settings[1].{key} {needle}" in r.stderr, r.stderr
+    bad_setting_stops_the_broker(tmp_path, key, value, needle)
 
 
 def test_policy_names_are_case_insensitive_with_rabbitmqs_spellings(broker_factory, stomp_client):
@@ -635,12 +652,7 @@ def test_sigkill_and_restart_keep_the_limit_exact(broker_factory, stomp_client):
     q = name()
     fill(b, stomp_client, f"/queue/{q}", ["m0", "m1", "m2"])
     # Two durable subscriptions share each message (stored once): each counts its bytes.
-    subs = []
-    for i in range(2):
-        d = stomp_client(b, headers={"client-id": f"{topic}-c{i}"})
-        d.subscribe(f"/topic/{topic}", id=f"s{i}", headers={"durable-subscription-name": "s"})
-        d.close()
-        subs.append(f"{topic}-c{i}.s")
+    subs = durable_subscriptions_of(b, stomp_client, topic, 2)
     fill(b, stomp_client, f"/topic/{topic}", ["t0", "t1"])
     before = [show(b, stomp_client, s)["bytes"] for s in subs]
     assert before == [2 * stored_size(f"/topic/{topic}", "t0")] * 2, before
@@ -820,12 +832,7 @@ def test_block_keeps_first_come_first_served_across_a_topics_subscriptions(broke
     instead of passing it. Once that one has room, the first is stored first."""
     topic = name("tblk")
     b = broker_factory(config=config(limit("tblk.#", max_size_messages=1, address_full_policy="BLOCK")))
-    subs = []
-    for i in range(2):
-        d = stomp_client(b, headers={"client-id": f"{topic}-c{i}"})
-        d.subscribe(f"/topic/{topic}", id=f"s{i}", headers={"durable-subscription-name": "s"})
-        d.close()
-        subs.append(f"{topic}-c{i}.s")
+    subs = durable_subscriptions_of(b, stomp_client, topic, 2)
     fill(b, stomp_client, f"/topic/{topic}", ["t0"])  # both full
     producers, ids = [], []
     for body in ("p1", "p2"):

@@ -13,8 +13,8 @@ import random
 import pytest
 
 from conftest import Closed, RawStomp, check_store, frame_bytes, new_xid, unique
-from test_address_limits import config, fill, limit, name, ok, raw_send, show, stored, stored_bodies, try_send
-from test_config import run_escrowd
+from test_address_limits import (bad_setting_stops_the_broker, config, durable_subscriptions_of, limit, name, ok,
+                                 show, stored_bodies, try_send)
 from test_failure_paths import faulty_broker, http_get
 from test_reload import hangup, wait_log
 
@@ -74,11 +74,7 @@ def replaced_metric(broker, queue_name):
     ("last-value-queue", "1", "must be true or false"),
 ], ids=["empty", "colon", "number", "newline", "text-bool", "int-bool"])
 def test_bad_last_value_settings_stop_the_broker_naming_file_line_and_key(tmp_path, key, value, needle):
-    path = tmp_path / "bad.toml"
-    path.write_text(f'[[address-settings]]\nmatch = "#"\n{key} = {value}\n')
-    r = run_escrowd(["--config", str(path), "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d")], tmp_path)
-    assert r.returncode == 2, (r.returncode, r.stderr)
-    assert f"{path}:3: address-settings[1].{key} {needle}" in r.stderr, r.stderr
+    bad_setting_stops_the_broker(tmp_path, key, value, needle)
 
 
 def test_each_spelling_makes_a_last_value_queue_and_false_turns_one_off(broker_factory, stomp_client):
@@ -318,12 +314,7 @@ def test_a_message_a_transaction_consumed_is_not_replaced_until_it_ends(broker_f
 def test_each_durable_subscription_keeps_its_own_last_values(broker_factory, stomp_client):
     topic = name("lvt")
     b = lv_broker(broker_factory, limit("lvt.#", last_value_key="sym"))
-    subs = []
-    for i in range(2):
-        d = stomp_client(b, headers={"client-id": f"{topic}-c{i}"})
-        d.subscribe(f"/topic/{topic}", id=f"s{i}", headers={"durable-subscription-name": "s"})
-        d.close()
-        subs.append(f"{topic}-c{i}.s")
+    subs = durable_subscriptions_of(b, stomp_client, topic, 2)
     send_all(b, stomp_client, f"/topic/{topic}", [("A", "a1"), ("B", "b1")])
     # The first subscriber takes b1 away; the next b only replaces in the other one.
     d = stomp_client(b, headers={"client-id": f"{topic}-c0"})
