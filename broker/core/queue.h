@@ -34,6 +34,7 @@ namespace escrow::broker {
 using storage::message;
 using storage::message_ptr;
 struct subscription;
+class selector;
 
 // What a message costs in memory, roughly: its body, destination and headers, plus a fixed
 // overhead for the objects that hold it. The byte budgets (docs/security.md, "Limits") count this.
@@ -150,6 +151,9 @@ class queue {
   queue_room room;  // what its limits see besides its depth (address_limits_part.h)
   last_value_index last_values;  // a last-value queue's newest entry per key (last_values_part.h)
   group_index groups;            // which consumer holds each message group (groups_part.h)
+  // A non-durable topic subscription's selector (SUBSCRIBE's `selector`): routing gives it only
+  // the messages that match (send.cpp). Null: every message.
+  std::shared_ptr<const selector> filter;
 
   // Consumers attached to this queue, highest priority first (in the order they came within one
   // priority), served round robin (least recently served first) within the highest priority that

@@ -7,6 +7,7 @@
 #include <charconv>
 
 #include "core.h"
+#include "escrow/broker/selector/selector.h"
 #include "escrow/broker/security/names.h"
 #include "reserved_headers.h"
 #include "escrow/storage/coding.h"
@@ -39,6 +40,25 @@ template <typename T>
 bool parse_number(std::string_view text, T& out) {
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
   return !text.empty() && ec == std::errc() && end == text.data() + text.size();
+}
+
+// Whether `s` selects the message of `r` (its id to be `id`): its headers, and the broker's own
+// that a consumer sees on MESSAGE (message-id, destination, priority, persistent, expires,
+// timestamp) read from the record.
+bool selects(const selector& s, const storage::message_record& r, std::uint64_t id) {
+  std::string scratch;
+  return s.matches([&](std::string_view name) -> std::optional<std::string_view> {
+    auto number = [&](std::uint64_t v) { return std::string_view(scratch = std::to_string(v)); };
+    if (name == "message-id") return number(id);
+    if (name == "destination") return std::string_view(r.destination);
+    if (name == "priority") return number(r.priority);
+    if (name == "persistent") return std::string_view(r.persistent ? "true" : "false");
+    if (name == "expires") return number(r.expires);
+    if (name == "timestamp") return number(r.timestamp);
+    for (const auto& [n, v] : r.headers)
+      if (n == name) return std::string_view(v);
+    return std::nullopt;
+  });
 }
 
 }  // namespace
@@ -176,6 +196,9 @@ bool broker::impl::route(const connection_ptr& c, frame& f, routed_message& out,
   if (config.populate_validated_user && auth)
     record.headers.insert(record.headers.begin(), {"_AMQ_VALIDATED_USER", c->info.user});
   record.body = std::move(f.body);
+  // Topic subscriptions with a selector get only what matches (nothing is kept for the others).
+  if (std::any_of(targets.begin(), targets.end(), [](const queue_ptr& q) { return q->filter != nullptr; }))
+    std::erase_if(targets, [&](const queue_ptr& q) { return q->filter && !selects(*q->filter, record, next_message_id); });
 
   std::vector<std::pair<queue_ptr, bool>> stored_in;
   for (auto& q : targets) stored_in.emplace_back(q, record.persistent && q->durable());

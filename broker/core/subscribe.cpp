@@ -6,6 +6,7 @@
 #include <charconv>
 
 #include "core.h"
+#include "escrow/broker/selector/selector.h"
 #include "escrow/broker/security/names.h"
 #include "durable_name.h"
 #include "escrow/storage/schema.h"
@@ -187,8 +188,25 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
   if (!sub) return;
   storage::batch b;
   queue_ptr created;  // a new durable subscription: it joins its topic once its record is stored
+  // A selector (docs/stomp.md, "Selectors"): parsed here; so far applied to non-durable topic
+  // subscriptions only, at routing. Anywhere else it is refused rather than ignored.
+  std::shared_ptr<const selector> filter;
+  if (const std::string* text = f.find("selector")) {
+    auto parsed = selector::parse(*text);
+    if (auto* problem = std::get_if<selector_error>(&parsed)) return error(*c, "invalid selector: " + problem->message, &f);
+    auto& compiled = std::get<selector>(parsed);
+    if (!compiled.empty()) {
+      std::string_view dest = f.get("destination");
+      if (dest.rfind("/topic/", 0) != 0 || durable_name(f))
+        return error(*c, "selector on " + std::string(dest.rfind("/topic/", 0) == 0 ? "a durable subscription" : "a queue") +
+                             ": not supported yet; selectors apply to non-durable /topic/ subscriptions only "
+                             "(docs/stomp.md, \"Selectors\")", &f);
+      filter = std::make_shared<const selector>(std::move(compiled));
+    }
+  }
   sub->source = subscription_source(c, f, id, b, created);
   if (!sub->source) return;
+  if (filter) sub->source->filter = std::move(filter);
 
   queue_ptr source = sub->source;
   // Highest priority first; after those of its own priority already there.
