@@ -370,8 +370,12 @@ scenarios['queue-actions'] = async () => {
   await page.waitForSelector('#messages .message.error');
   r.refusal = (await messageBar(page)).filter((m) => m.kind === 'error').map((m) => m.text);
   await screenshot(page, 'queue-actions-refused');
-  await show(page, `#/queue/${encodeURIComponent(opts.queue)}`, `#queue-details[data-depth="${opts.moved}"]`);
-  await page.click('#purge-button');
+  // The queue's own page (the dead letters' page also has #queue-details), with its messages
+  // loaded: the Actions card is drawn after them, so the button exists only then.
+  const queuePage = `#queue[data-name="${opts.queue}"]`;
+  await show(page, `#/queue/${encodeURIComponent(opts.queue)}`, `${queuePage} #queue-details[data-depth="${opts.moved}"]`);
+  await page.waitForSelector(`${queuePage} #messages-table tbody tr[data-id]`);
+  await (await page.waitForSelector(`${queuePage} #purge-button`)).click();
   r.purgeTitle = await confirmDialog(page, {type: opts.queue});
   await waitMessage(page, 'ok', `^purged ${opts.moved} messages? from ${opts.queue.replace(/[.]/g, '\\.')}`);
   r.purgeMessage = (await messageBar(page)).filter((m) => m.kind === 'ok').map((m) => m.text);
