@@ -125,7 +125,8 @@ std::string queue_record::encode() const {
   put_u32(v, id);
   v.push_back(static_cast<char>(type));
   put_string(v, topic);
-  if (creator) put_string(v, *creator);
+  if (creator || !selector.empty()) put_string(v, creator.value_or(""));
+  if (!selector.empty()) put_string(v, selector);
   return v;
 }
 
@@ -139,10 +140,16 @@ bool queue_record::decode(std::string_view value, queue_record& out) {
   if (!get_string(value, topic)) return false;
   out.topic = topic;
   out.creator.reset();
+  out.selector.clear();
   if (value.empty()) return true;
   std::string_view creator;
   if (!get_string(value, creator)) return false;
   out.creator = std::string(creator);
+  out.selector.clear();
+  if (value.empty()) return true;
+  std::string_view selector;
+  if (!get_string(value, selector) || selector.empty()) return false;
+  out.selector = selector;
   return value.empty();
 }
 

@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "core.h"
+#include "escrow/broker/selector/selector.h"
 #include "escrow/broker/security/names.h"
 #include "durable_name.h"
 #include "core_timers.h"
@@ -308,6 +309,17 @@ storage::status broker::impl::load_queues(std::size_t& loaded) {
                                                  storage::printable_key(other->storage_key));
       return false;
     }
+    // A durable subscription's selector: a text that no longer compiles is a record this build
+    // cannot honour (it would keep messages the subscription never asked for).
+    std::shared_ptr<const selector> filter;
+    if (!r.selector.empty()) {
+      auto parsed = selector::parse(r.selector);
+      if (auto* problem = std::get_if<selector_error>(&parsed)) {
+        bad = corrupt_record(table::queues, k, "its selector does not compile: " + problem->message);
+        return false;
+      }
+      filter = std::make_shared<const selector>(std::move(std::get<selector>(parsed)));
+    }
     std::string display = is_sub ? durable_display_name(*durable) : name.substr(2);
     auto q = std::make_shared<queue>(r.id, display, is_sub ? queue::kind::durable_subscription : queue::kind::queue,
                                      r.topic, &store, config.queue_memory_window,
@@ -316,6 +328,7 @@ storage::status broker::impl::load_queues(std::size_t& loaded) {
     q->room.counted = false;  // until its stored messages are counted (count_depths)
     q->storage_key = name;
     q->creator = r.creator;
+    q->filter = std::move(filter);
     q->record_durable = true;
     add_queue(q);
     if (is_sub) topology.topics[r.topic].subscriptions.push_back(q);

@@ -47,6 +47,9 @@ struct subscription {
   std::int32_t priority = 0;
   bool exclusive = false;
   std::uint64_t served = 0;  // its queue's served_turns when it last took a turn (round robin)
+  // A queue consumer's selector: its index in the queue (selective_part.h); null: it takes any.
+  // (A topic subscription's selector filters at routing instead: queue::filter.)
+  selector_index* selective = nullptr;
   // persist-delivery-count-before-delivery: deliveries not written yet, in tag order, and those of
   // them whose raised delivery count is still being stored (delivery.cpp, write_unwritten).
   std::deque<std::uint64_t> unwritten;

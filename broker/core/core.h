@@ -217,10 +217,12 @@ struct broker::impl {
   std::unique_ptr<subscription> new_subscription(const connection_ptr& c, const frame& f, const std::string& id);
   // The queue it consumes from: a queue, a durable subscription (`created` when new) or a
   // non-durable subscription's own queue; new queues' records go into `b`.
-  queue_ptr subscription_source(const connection_ptr& c, const frame& f, const std::string& id, storage::batch& b,
-                                queue_ptr& created);
+  // `filter`: its selector, if it has one (a durable subscription keeps it in its record).
+  queue_ptr subscription_source(const connection_ptr& c, const frame& f, const std::string& id,
+                                const std::shared_ptr<const selector>& filter, storage::batch& b, queue_ptr& created);
   queue_ptr durable_source(const connection_ptr& c, const frame& f, const std::string& topic_name,
-                           const std::string& name, storage::batch& b, queue_ptr& created);
+                           const std::string& name, const std::shared_ptr<const selector>& filter, storage::batch& b,
+                           queue_ptr& created);
   void handle_unsubscribe(const connection_ptr& c, const frame& f);
   void handle_ack(const connection_ptr& c, const frame& f, bool positive);
   // The subscription and ack tag an ACK or NACK names (by id in STOMP 1.2, by message-id before);
@@ -479,9 +481,17 @@ struct broker::impl {
     std::vector<std::pair<std::uint64_t, std::uint64_t>> after_counts;
   };
   void dispatch(const queue_ptr& q);
-  // The next consumer of q, in turn, with room for another message (its index in `index`): of the
-  // highest priority that has one with room; on an exclusive queue only its owner.
-  subscription* consumer_with_room(queue& q, std::size_t& index, bool& exclusive);
+  // Posts another dispatch of q (once at a time): its selective consumers' scan goes on.
+  void continue_scan(const queue_ptr& q);
+  // The next consumer of q, in turn, with room for another message: of the highest priority that
+  // has one with room; on an exclusive queue only its owner (`exclusive` says which). Consumers in
+  // `idle` (selective ones that found nothing this pass) are passed over.
+  subscription* consumer_with_room(queue& q, bool& exclusive, const std::vector<subscription*>& idle);
+  // Entries a dispatch pass may classify for its queue's selective consumers before it yields the
+  // core (a later pass, posted, goes on): a deep queue's scan never holds up other connections.
+  static constexpr std::size_t kSelectorScanPerPass = 4096;
+  // Whether s takes the message: it has no selector, or its selector picks it.
+  static bool accepts(const subscription& s, const queue_entry& e);
   // Whether q serves one consumer at a time: its address settings say exclusive, or a consumer
   // asked for it. exclusive_owner_of: its owner, or the consumer that becomes it with the next
   // message handed out.
@@ -493,10 +503,12 @@ struct broker::impl {
   const std::string* group_of(const message& m);  // its JMSXGroupID (or _AMQ_GROUP_ID), or null
   // The slot `group` is held under in q: itself, or a bucket once q holds max-groups-per-queue.
   std::string group_slot(queue& q, const std::string& group);
-  // The consumer that gets a message of `group` now: its holder if it has room (else null: the
-  // message waits), or for a group nobody holds the one consumer_with_room picks, which holds it
-  // from now on (`held`: it was held already).
-  subscription* group_target(queue& q, const std::string& group, std::size_t& index, bool& exclusive, bool& held);
+  // The consumer that gets message e of `group` now, `chosen` being the one whose turn it is: the
+  // group's holder if it has room (else null: the message waits), or for a group nobody holds
+  // `chosen`, which holds it from now on (`held`: it was held already). A holder whose selector
+  // does not pick e leaves e to `chosen` (the group stays with the holder).
+  subscription* group_target(queue& q, const std::string& group, subscription& chosen, const queue_entry& e,
+                             bool& held);
   void after_group_message(queue& q, const std::string& group, const message& m);  // JMSXGroupSeq -1
   void forget_groups(queue& q, const subscription& s);  // s left: its groups move
   std::size_t reset_groups(queue& q, const std::optional<std::string>& group);  // an operator's reset

@@ -114,17 +114,17 @@ subscription* broker::impl::exclusive_owner_of(queue& q) {
   return nullptr;
 }
 
-subscription* broker::impl::consumer_with_room(queue& q, std::size_t& index, bool& exclusive) {
+subscription* broker::impl::consumer_with_room(queue& q, bool& exclusive, const std::vector<subscription*>& idle) {
   auto& consumers = q.consumers();
   const std::size_t n = consumers.size();
-  auto room = [this](const subscription& s) { return has_room_for(s); };
+  auto room = [this, &idle](const subscription& s) {
+    return has_room_for(s) && std::find(idle.begin(), idle.end(), &s) == idle.end();
+  };
   exclusive = exclusive_queue(q);
   if (exclusive) {
     // One consumer receives; the others wait for it to leave, even when it has no room.
     subscription* owner = exclusive_owner_of(q);
-    if (!owner || !room(*owner)) return nullptr;
-    index = static_cast<std::size_t>(std::find(consumers.begin(), consumers.end(), owner) - consumers.begin());
-    return owner;
+    return owner && room(*owner) ? owner : nullptr;
   }
   // By priority, highest first; within one priority the one with room served longest ago (round
   // robin, whatever consumers come and go, and each priority on its own).
@@ -132,13 +132,14 @@ subscription* broker::impl::consumer_with_room(queue& q, std::size_t& index, boo
     std::size_t end = first, best = n;
     for (; end < n && consumers[end]->priority == consumers[first]->priority; ++end)
       if ((best == n || consumers[end]->served < consumers[best]->served) && room(*consumers[end])) best = end;
-    if (best != n) {
-      index = best;
-      return consumers[best];
-    }
+    if (best != n) return consumers[best];
     first = end;
   }
   return nullptr;
+}
+
+bool broker::impl::accepts(const subscription& s, const queue_entry& e) {
+  return !s.selective || (e.msg && selects(*s.selective->sel, e.msg->record, e.key.message_id, e.delivery_count));
 }
 
 void broker::impl::hand_out(const queue_ptr& q, subscription& chosen, queue_entry e, dispatch_writes& w) {
@@ -180,14 +181,23 @@ void broker::impl::dispatch(const queue_ptr& q) {
   std::uint64_t now = now_ms();
   // Messages of groups whose consumer is full (groups.cpp): put back in their place after the pass.
   std::vector<queue_entry> aside;
+  // Selective consumers with nothing to take in this pass (none of theirs is ready, or the scan's
+  // budget for the pass is spent: then a later pass is posted).
+  std::vector<subscription*> idle;
+  std::size_t scan_budget = kSelectorScanPerPass;
   while (!q->consumers().empty()) {
-    std::size_t chosen_index = 0;
     bool exclusive = false;
-    subscription* chosen = consumer_with_room(*q, chosen_index, exclusive);
+    subscription* chosen = consumer_with_room(*q, exclusive, idle);
     if (!chosen) break;
-    std::optional<queue_entry> popped = q->pop();
-    if (!popped) break;
-    queue_entry e = std::move(*popped);
+    // A consumer with a selector takes the first message it picks, wherever it is; the others the
+    // queue's head. Either way what is passed over keeps its place.
+    std::optional<queue_entry> next = chosen->selective ? q->take_match(*chosen->selective, scan_budget) : q->pop();
+    if (!next) {
+      if (!chosen->selective) break;
+      idle.push_back(chosen);
+      continue;
+    }
+    queue_entry e = std::move(*next);
     if (!load_message(e)) continue;  // stays held: never handed out again until a restart
     // A message past its expiry is never delivered, whether or not the reaper got to it. One that
     // used up its delivery attempts (its count came back from storage after a crash) is a dead
@@ -204,12 +214,21 @@ void broker::impl::dispatch(const queue_ptr& q) {
     const std::string* group = exclusive ? nullptr : group_of(*e.msg);
     bool held = false;
     if (group) {
-      chosen = group_target(*q, *group, chosen_index, exclusive, held);
-      if (!chosen) {
+      subscription* target = group_target(*q, *group, *chosen, e, held);
+      if (!target) {
+        if (chosen->selective) {
+          // Its first match waits for its group's holder: back in its place, and this consumer
+          // waits for the next pass.
+          q->release_hold(e.key);
+          q->push(std::move(e));
+          idle.push_back(chosen);
+          continue;
+        }
         aside.push_back(std::move(e));
         if (aside.size() >= kGroupLookahead) break;
         continue;
       }
+      chosen = target;
       after_group_message(*q, *group, *e.msg);
     }
     // The turn passes only when a message was handed out, so round robin is fair to consumers
@@ -223,9 +242,19 @@ void broker::impl::dispatch(const queue_ptr& q) {
     q->release_hold(e.key);
     q->push(std::move(e));
   }
+  if (scan_budget == 0) continue_scan(q);
   if (!w.auto_acks.empty()) submit_auto_acks(q, std::move(w.auto_acks), std::move(w.auto_acked));
   if (!w.counts.empty()) submit_delivery_counts(std::move(w.counts), std::move(w.after_counts));
   submit_moves(std::move(w.moves), std::move(w.plans));
+}
+
+void broker::impl::continue_scan(const queue_ptr& q) {
+  if (q->scan_posted) return;
+  q->scan_posted = true;
+  post([this, q] {
+    q->scan_posted = false;
+    dispatch(q);
+  });
 }
 
 void broker::impl::submit_auto_acks(const queue_ptr& q, storage::batch b, std::vector<storage::entry_key> keys) {

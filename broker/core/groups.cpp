@@ -11,19 +11,9 @@
 #include "core.h"
 
 namespace escrow::broker {
-namespace {
-
-const std::string* header_of(const message& m, std::string_view name) {
-  for (const auto& [n, v] : m.record.headers)
-    if (n == name) return &v;
-  return nullptr;
-}
-
-}  // namespace
-
 const std::string* broker::impl::group_of(const message& m) {
-  if (const std::string* g = header_of(m, "JMSXGroupID")) return g;
-  return header_of(m, "_AMQ_GROUP_ID");
+  if (const std::string* g = m.record.find_header("JMSXGroupID")) return g;
+  return m.record.find_header("_AMQ_GROUP_ID");
 }
 
 std::string broker::impl::group_slot(queue& q, const std::string& group) {
@@ -44,28 +34,24 @@ std::string broker::impl::group_slot(queue& q, const std::string& group) {
   return "b" + std::to_string(std::hash<std::string>{}(group) % config.max_groups_per_queue);
 }
 
-subscription* broker::impl::group_target(queue& q, const std::string& group, std::size_t& index, bool& exclusive,
-                                         bool& held) {
+subscription* broker::impl::group_target(queue& q, const std::string& group, subscription& chosen,
+                                         const queue_entry& e, bool& held) {
   std::string slot = group_slot(q, group);
   held = false;
   if (auto it = q.groups.owner.find(slot); it != q.groups.owner.end()) {
-    held = true;
     subscription* owner = it->second;
-    if (!has_room_for(*owner)) return nullptr;
-    auto& consumers = q.consumers();
-    index = static_cast<std::size_t>(std::find(consumers.begin(), consumers.end(), owner) - consumers.begin());
-    exclusive = false;
-    return owner;
+    if (!accepts(*owner, e)) return &chosen;
+    held = true;
+    return has_room_for(*owner) ? owner : nullptr;
   }
-  subscription* chosen = consumer_with_room(q, index, exclusive);
-  if (chosen) q.groups.owner.emplace(std::move(slot), chosen);
-  return chosen;
+  q.groups.owner.emplace(std::move(slot), &chosen);
+  return &chosen;
 }
 
 void broker::impl::after_group_message(queue& q, const std::string& group, const message& m) {
   // JMSXGroupSeq -1 (Artemis's _AMQ_GROUP_SEQUENCE -1) closes the group once it is handed out.
-  const std::string* seq = header_of(m, "JMSXGroupSeq");
-  if (!seq) seq = header_of(m, "_AMQ_GROUP_SEQUENCE");
+  const std::string* seq = m.record.find_header("JMSXGroupSeq");
+  if (!seq) seq = m.record.find_header("_AMQ_GROUP_SEQUENCE");
   if (seq && *seq == "-1") {
     std::string slot = group_slot(q, group);
     if (slot[0] != 'b') q.groups.owner.erase(slot);  // a bucket holds other groups too

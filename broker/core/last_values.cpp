@@ -19,19 +19,12 @@
 namespace escrow::broker {
 namespace {
 
-// The value of header `name` (exact, STOMP's headers are case-sensitive), the first one if repeated.
-const std::string* header_value(const storage::message_record& r, std::string_view name) {
-  for (const auto& [n, v] : r.headers)
-    if (n == name) return &v;
-  return nullptr;
-}
-
 // A message's key in a queue keyed on `key`: its header of that name, else its _AMQ_LVQ_NAME
 // (Artemis reads both). Scheduled messages take no part (they are not ready before their time).
 const std::string* key_value(const storage::message_record& r, const std::string& key) {
   if (r.deliver_at != 0) return nullptr;
-  if (const std::string* v = header_value(r, key)) return v;
-  return key == kLastValueHeader ? nullptr : header_value(r, kLastValueHeader);
+  if (const std::string* v = r.find_header(key)) return v;
+  return key == kLastValueHeader ? nullptr : r.find_header(kLastValueHeader);
 }
 
 constexpr std::size_t kIndexPage = 1024;

@@ -30,6 +30,7 @@ void queue::count(const queue_entry& e, bool in) {
 }
 
 void queue::push(queue_entry entry) {
+  if (!selective_.empty()) classify(entry);
   if (entry.stored && !in_window(entry.key)) return;  // storage has it; the cursor will reach it
   auto [it, inserted] = ready_.emplace(entry.key, std::move(entry));
   const queue_entry& e = it->second;
@@ -121,6 +122,7 @@ std::optional<queue_entry> queue::pop() {
   ready_.erase(it);
   forget_expiring(e);
   held_.insert(e.key);
+  unindex(e.key);
   return e;
 }
 
@@ -135,9 +137,11 @@ std::optional<queue_entry> queue::take(const storage::entry_key& key) {
     // Within the window every entry that exists is ready or held: this one is gone (acknowledged).
     if (in_window(key)) return std::nullopt;
     held_.insert(key);
+    unindex(key);
     return queue_entry{key, 0, true, nullptr};  // only in storage
   }
   held_.insert(key);
+  unindex(key);
   count(it->second, false);
   queue_entry e = std::move(it->second);
   ready_.erase(it);
@@ -157,6 +161,7 @@ std::vector<queue_entry> queue::take_oldest_unstored(std::uint64_t bytes) {
     }
     taken += it->second.msg ? memory_bytes(*it->second.msg) : 0;
     held_.insert(it->first);
+    unindex(it->first);
     forget_expiring(it->second);
     count(it->second, false);
     out.push_back(std::move(it->second));
@@ -176,6 +181,7 @@ std::vector<queue_entry> queue::take_expired_in_memory(std::uint64_t now) {
     out.push_back(std::move(it->second));
     ready_.erase(it);
     held_.insert(key);
+    unindex(key);
   }
   return out;
 }

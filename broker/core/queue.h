@@ -22,6 +22,7 @@
 #include "groups_part.h"
 #include "last_values_part.h"
 #include "queue_entry.h"
+#include "selective_part.h"
 #include "escrow/broker/core/metrics.h"
 #include "escrow/storage/message.h"
 
@@ -120,6 +121,15 @@ class queue {
   // The entry is held until release_hold(). nullopt when the queue has nothing ready.
   std::optional<queue_entry> pop();
 
+  // Consumers with a selector (selective_part.h): the index of `sel`'s text, shared by the
+  // consumers with the same one (made by the first, gone with the last).
+  selector_index& attach_selector(std::shared_ptr<const selector> sel);
+  void detach_selector(selector_index& index);
+  // Takes (and holds, as take() does) the first entry in queue order that `index`'s selector
+  // picks, classifying at most `budget` more entries to find it (budget is lowered by what was
+  // read). nullopt when none is ready, or when the budget ran out first: then index.scanned is set.
+  std::optional<queue_entry> take_match(selector_index& index, std::size_t& budget);
+
   bool has_ready();
   // Whether the entry is still in the queue: ready, held, or (beyond the window) in storage.
   bool has(const storage::entry_key& key) const;
@@ -164,6 +174,7 @@ class queue {
   // Exclusive consumers (docs/stomp.md, "Exclusive consumers"): how many of its consumers asked
   // for it, and the one that receives while the queue is exclusive (null until chosen; it stays
   // until it leaves).
+  bool scan_posted = false;  // a dispatch is posted to go on with its selective consumers' scan
   std::size_t exclusive_consumers = 0;
   subscription* exclusive_owner = nullptr;
 
@@ -184,6 +195,12 @@ class queue {
   void count(const queue_entry& e, bool in);  // an entry enters (in) or leaves ready_
 
   void forget_expiring(const queue_entry& e);
+  // An entry leaves ready_ (or storage's ready part) for good or into held_: out of every index.
+  void unindex(const storage::entry_key& key);
+  void classify(const queue_entry& e);  // a pushed entry, for every index (selective.cpp)
+  // Classifies entries from index.scanned on; false when it could not go on.
+  bool scan(selector_index& index, std::size_t& budget);
+  void add_match(selector_index& index, const storage::entry_key& key);
 
   std::map<storage::entry_key, queue_entry> ready_;
   // Ready entries that are not stored and whose message expires, by expiry time: the reaper's
@@ -196,6 +213,7 @@ class queue {
   std::optional<storage::entry_key> bound_;
 
   std::vector<subscription*> consumers_;
+  std::vector<std::unique_ptr<selector_index>> selective_;
 };
 
 using queue_ptr = std::shared_ptr<queue>;

@@ -42,25 +42,6 @@ bool parse_number(std::string_view text, T& out) {
   return !text.empty() && ec == std::errc() && end == text.data() + text.size();
 }
 
-// Whether `s` selects the message of `r` (its id to be `id`): its headers, and the broker's own
-// that a consumer sees on MESSAGE (message-id, destination, priority, persistent, expires,
-// timestamp) read from the record.
-bool selects(const selector& s, const storage::message_record& r, std::uint64_t id) {
-  std::string scratch;
-  return s.matches([&](std::string_view name) -> std::optional<std::string_view> {
-    auto number = [&](std::uint64_t v) { return std::string_view(scratch = std::to_string(v)); };
-    if (name == "message-id") return number(id);
-    if (name == "destination") return std::string_view(r.destination);
-    if (name == "priority") return number(r.priority);
-    if (name == "persistent") return std::string_view(r.persistent ? "true" : "false");
-    if (name == "expires") return number(r.expires);
-    if (name == "timestamp") return number(r.timestamp);
-    for (const auto& [n, v] : r.headers)
-      if (n == name) return std::string_view(v);
-    return std::nullopt;
-  });
-}
-
 }  // namespace
 
 // Until a batch carrying the queue's record has completed, every batch that writes for the queue
@@ -76,6 +57,7 @@ void broker::impl::persist_queue_record(const queue_ptr& qp, storage::batch& b) 
                                                           : storage::queue_record::kind::queue;
   r.topic = q.topic();
   r.creator = q.creator;
+  if (q.filter) r.selector = q.filter->text();
   b.put(storage::table::queues, q.storage_key, r.encode());
   storage::put_next_queue_id(b, topology.next_queue_id);
   if (std::find(topology.records_carried.begin(), topology.records_carried.end(), qp) == topology.records_carried.end())

@@ -112,7 +112,8 @@ std::unique_ptr<subscription> broker::impl::new_subscription(const connection_pt
 }
 
 queue_ptr broker::impl::durable_source(const connection_ptr& c, const frame& f, const std::string& topic_name,
-                                       const std::string& name, storage::batch& b, queue_ptr& created) {
+                                       const std::string& name, const std::shared_ptr<const selector>& filter,
+                                       storage::batch& b, queue_ptr& created) {
   if (c->info.client_id.empty())
     return error(*c, "a durable subscription needs a client-id header on CONNECT", &f), nullptr;
   if (queue_ptr existing = find_durable(*c, name)) {
@@ -121,6 +122,16 @@ queue_ptr broker::impl::durable_source(const connection_ptr& c, const frame& f, 
       return error(*c, which + " is being ended; subscribe again once its UNSUBSCRIBE is answered", &f), nullptr;
     if (existing->topic() != topic_name)
       return error(*c, which + " listens to /topic/" + existing->topic() + "; unsubscribe it before reusing its name",
+                   &f),
+             nullptr;
+    // Its selector decided what it kept: another one would not match what it holds (JMS makes that
+    // a new subscription; here the client ends the old one first, knowing its messages go).
+    const std::string kept = existing->filter ? existing->filter->text() : std::string();
+    const std::string asked = filter ? filter->text() : std::string();
+    if (kept != asked)
+      return error(*c, which + " was made with " + (kept.empty() ? "no selector" : "selector '" + loggable(kept) + "'") +
+                           ", not " + (asked.empty() ? "none" : "'" + loggable(asked) + "'") +
+                           "; UNSUBSCRIBE it (its messages are dropped) before subscribing with another",
                    &f),
              nullptr;
     if (!existing->consumers().empty()) return error(*c, which + " already has an active consumer", &f), nullptr;
@@ -134,13 +145,15 @@ queue_ptr broker::impl::durable_source(const connection_ptr& c, const frame& f, 
                                    config.queue_memory_bytes);
   q->storage_key = durable_key(d);
   q->creator = c->info.user;
+  q->filter = filter;  // stored in its record
   add_queue(q);
   persist_queue_record(q, b);
   return created = q;
 }
 
 queue_ptr broker::impl::subscription_source(const connection_ptr& c, const frame& f, const std::string& id,
-                                            storage::batch& b, queue_ptr& created) {
+                                            const std::shared_ptr<const selector>& filter, storage::batch& b,
+                                            queue_ptr& created) {
   std::string_view dest = f.get("destination");
   bool is_queue = dest.rfind("/queue/", 0) == 0 && dest.size() > 7;
   bool is_topic = dest.rfind("/topic/", 0) == 0 && dest.size() > 7;
@@ -161,7 +174,7 @@ queue_ptr broker::impl::subscription_source(const connection_ptr& c, const frame
     if (!may_create_queue(*c, "q/" + name, &f)) return nullptr;
     return find_or_create_queue(name, b, c->info.user);
   }
-  if (durable) return durable_source(c, f, name, *durable, b, created);
+  if (durable) return durable_source(c, f, name, *durable, filter, b, created);
   // A non-durable subscription: an in-memory queue of its own, for as long as its consumer stays.
   auto q = std::make_shared<queue>(topology.next_queue_id++, "subscription-" + std::to_string(c->id) + "-" + id,
                                    queue::kind::subscription, name, &store, config.queue_memory_window,
@@ -195,18 +208,17 @@ void broker::impl::handle_subscribe(const connection_ptr& c, const frame& f) {
     auto parsed = selector::parse(*text);
     if (auto* problem = std::get_if<selector_error>(&parsed)) return error(*c, "invalid selector: " + problem->message, &f);
     auto& compiled = std::get<selector>(parsed);
-    if (!compiled.empty()) {
-      std::string_view dest = f.get("destination");
-      if (dest.rfind("/topic/", 0) != 0 || durable_name(f))
-        return error(*c, "selector on " + std::string(dest.rfind("/topic/", 0) == 0 ? "a durable subscription" : "a queue") +
-                             ": not supported yet; selectors apply to non-durable /topic/ subscriptions only "
-                             "(docs/stomp.md, \"Selectors\")", &f);
-      filter = std::make_shared<const selector>(std::move(compiled));
-    }
+    if (!compiled.empty()) filter = std::make_shared<const selector>(std::move(compiled));
   }
-  sub->source = subscription_source(c, f, id, b, created);
+  sub->source = subscription_source(c, f, id, filter, b, created);
   if (!sub->source) return;
-  if (filter) sub->source->filter = std::move(filter);
+  // On a queue the consumer takes only what its selector picks (the others' messages stay);
+  // a topic subscription's queue gets only those (at routing; a durable one's is in its record).
+  if (filter && sub->source->type() == queue::kind::queue) {
+    sub->selective = &sub->source->attach_selector(std::move(filter));
+  } else if (filter && sub->source->type() == queue::kind::subscription) {
+    sub->source->filter = std::move(filter);
+  }
 
   queue_ptr source = sub->source;
   // Highest priority first; after those of its own priority already there.
@@ -246,6 +258,8 @@ void broker::impl::detach(subscription& s, storage::batch& b) {
     requeue(std::move(d), b, at_once);
   }
   s.clear_unacked();
+  if (s.selective) s.source->detach_selector(*s.selective);
+  s.selective = nullptr;
   auto& consumers = s.source->consumers();
   std::erase(consumers, &s);
   s.source->exclusive_consumers -= s.exclusive;

@@ -116,6 +116,8 @@ void broker::impl::plan_copy(const queue_ptr& q, queue_entry e, move_reason reas
 
   std::vector<storage::entry_key> stored;
   for (const auto& t : targets) {
+    // A topic subscription with a selector gets a copy only if it selects it, as on SEND.
+    if (t->filter && !selects(*t->filter, r, copy->id)) continue;
     storage::entry_key key{t->id(), r.priority, copy->id};
     bool keep = r.persistent && t->durable();
     if (keep) {

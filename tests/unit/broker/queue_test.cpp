@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../temp_dir.h"
+#include "escrow/broker/selector/selector.h"
 #include "escrow/storage/store.h"
 #include "queue.h"
 
@@ -43,6 +44,36 @@ queue_entry stored_entry(std::uint64_t id, std::uint8_t priority = 4) {
 }
 queue_entry memory_entry(std::uint64_t id, std::uint8_t priority = 4) {
   return queue_entry{storage::entry_key{1, priority, id}, 0, false, std::make_shared<message>()};
+}
+
+storage::message_record colored(const char* color) {
+  storage::message_record r;
+  r.destination = "/queue/q";
+  r.headers = {{"color", color}};
+  return r;
+}
+
+// Stores messages `ids` of queue 1 inline in their entries, red when red(id), else blue.
+template <typename Red>
+void store_colored(fixture& f, std::uint64_t first, std::uint64_t last, Red red) {
+  storage::batch b;
+  for (std::uint64_t id = first; id <= last; ++id)
+    storage::put_message(b, id, colored(red(id) ? "red" : "blue"), {storage::entry_key{1, 4, id}});
+  std::promise<bool> done;
+  f.store->submit(std::move(b), [&](storage::status s) { done.set_value(s.ok()); });
+  REQUIRE(done.get_future().get());
+}
+
+std::shared_ptr<const selector> selector_of(const char* text) {
+  auto parsed = selector::parse(text);
+  REQUIRE(std::holds_alternative<selector>(parsed));
+  return std::make_shared<const selector>(std::get<selector>(parsed));
+}
+
+std::vector<std::uint64_t> drain_matches(queue& q, selector_index& ix, std::size_t budget = SIZE_MAX) {
+  std::vector<std::uint64_t> ids;
+  while (auto e = q.take_match(ix, budget)) ids.push_back(e->key.message_id);
+  return ids;
 }
 
 std::vector<std::uint64_t> drain(queue& q) {
@@ -214,5 +245,73 @@ TEST_SUITE("broker/queue/expiry") {
     auto three = q.pop();
     REQUIRE(three);
     CHECK(q.take_expired_in_memory(1000).empty());
+  }
+
+  TEST_CASE("a selector's index finds its matches in storage in order, past its key limit") {
+    fixture f;
+    const std::uint64_t n = 3 * selector_index::kMaxMatched;
+    store_colored(f, 1, n, [](std::uint64_t id) { return id % 3 != 0; });  // two thirds red: beyond the limit
+    queue q(1, "q", queue::kind::queue, "", f.store.get(), 4);
+    q.start_unloaded();
+    selector_index& ix = q.attach_selector(selector_of("color = 'red'"));
+    std::vector<std::uint64_t> want;
+    for (std::uint64_t id = 1; id <= n; ++id)
+      if (id % 3 != 0) want.push_back(id);
+    CHECK(drain_matches(q, ix) == want);
+    CHECK(ix.matched.empty());
+    CHECK_FALSE(ix.scanned.has_value());  // classified to the end
+    // What it passed over is the queue's, in order.
+    std::vector<std::uint64_t> rest;
+    for (std::uint64_t id = 3; id <= n; id += 3) rest.push_back(id);
+    CHECK(drain(q) == rest);
+  }
+
+  TEST_CASE("a scan stops at its budget and goes on where it stopped") {
+    fixture f;
+    store_colored(f, 1, 100, [](std::uint64_t id) { return id > 90; });
+    queue q(1, "q", queue::kind::queue, "", f.store.get(), 4);
+    q.start_unloaded();
+    selector_index& ix = q.attach_selector(selector_of("color = 'red'"));
+    std::size_t budget = 40;
+    CHECK_FALSE(q.take_match(ix, budget).has_value());
+    CHECK(budget == 0);
+    REQUIRE(ix.scanned.has_value());
+    CHECK(ix.scanned->message_id == 41);
+    budget = 40;
+    CHECK_FALSE(q.take_match(ix, budget).has_value());
+    budget = 40;
+    auto e = q.take_match(ix, budget);
+    REQUIRE(e.has_value());
+    CHECK(e->key.message_id == 91);
+  }
+
+  TEST_CASE("entries pushed, taken by others and returned keep the index exact") {
+    fixture f;
+    store_colored(f, 1, 6, [](std::uint64_t id) { return id % 2 == 1; });
+    queue q(1, "q", queue::kind::queue, "", f.store.get(), 100);
+    q.start_unloaded();
+    selector_index& ix = q.attach_selector(selector_of("color = 'red'"));
+    selector_index& same = q.attach_selector(selector_of("color = 'red'"));
+    CHECK(&ix == &same);  // one index per text
+    std::size_t budget = SIZE_MAX;
+    auto first = q.take_match(ix, budget);
+    REQUIRE(first.has_value());
+    CHECK(first->key.message_id == 1);
+    // Another consumer takes the head (2, blue) and then 3 (red): 3 leaves the index.
+    auto two = q.pop();
+    auto three = q.pop();
+    REQUIRE((two && three));
+    CHECK(three->key.message_id == 3);
+    CHECK(ix.matched.count(three->key) == 0);
+    // A new red message in memory, and 1 coming back: classified as they are pushed, in order.
+    auto m = std::make_shared<message>();
+    m->record = colored("red");
+    m->id = 7;
+    q.push(queue_entry{storage::entry_key{1, 4, 7}, 0, false, m});
+    q.release_hold(first->key);
+    q.push(std::move(*first));  // without its message: the scan reads from its key again
+    CHECK(drain_matches(q, ix) == std::vector<std::uint64_t>{1, 5, 7});
+    q.detach_selector(same);
+    q.detach_selector(ix);
   }
 }

@@ -25,8 +25,8 @@ struct fixture {
     options.map_size = 64ull << 20;
     REQUIRE(store::open(options, db).ok());
     batch b;
-    queue_record q{1, queue_record::kind::queue, "", std::nullopt};
-    queue_record q2{2, queue_record::kind::queue, "", std::nullopt};
+    queue_record q{1, queue_record::kind::queue, "", std::nullopt, ""};
+    queue_record q2{2, queue_record::kind::queue, "", std::nullopt, ""};
     b.put(table::queues, "q/a", q.encode());
     b.put(table::queues, "q/b", q2.encode());
     put_next_queue_id(b, 3);

@@ -103,6 +103,9 @@ struct queue_record {
   // The user whose frame created it ("" anonymous); none for the broker's or an operator's queues
   // and for records stored before queues had creators. Optional at the end of the record.
   std::optional<std::string> creator;
+  // A durable subscription's selector (SUBSCRIBE's `selector`), as its text; empty: none. After
+  // the creator (written, "" if none, whenever a selector is), optional at the end of the record.
+  std::string selector;
 
   std::string encode() const;
   static bool decode(std::string_view value, queue_record& out);
@@ -124,6 +127,14 @@ struct message_record {
   // Scheduled delivery (_AMQ_SCHED_DELIVERY and its spellings, docs/stomp.md): the epoch ms before
   // which no consumer gets it; 0 = at once. A record with it is stored in `scheduled` until due.
   std::uint64_t deliver_at = 0;
+
+  // The value of header `name` (exact: STOMP's headers are case-sensitive), the first if repeated;
+  // null when it has none.
+  const std::string* find_header(std::string_view name) const {
+    for (const auto& [n, v] : headers)
+      if (n == name) return &v;
+    return nullptr;
+  }
 
   std::string encode() const;
   // Appends the encoding to `out` (straight into a batch: see put_message), exactly
